@@ -1,0 +1,64 @@
+// The result envelope: the one thing a parent gets back from a child. Documented in
+// protocol/README.md ("Result envelope"). Text fields are capped on a UTF-8 boundary.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/messages.hpp"
+
+namespace protocol {
+
+enum class Status { completed, budget_exhausted, timeout, cancelled, failed, protocol_error };
+
+const char* to_string(Status s) noexcept;
+std::optional<Status> status_from_string(std::string_view s) noexcept;
+
+// Process exit status for `subagent-supervisor run`, one per envelope status.
+int exit_code_for(Status s) noexcept;
+
+struct CappedText {
+  std::string text;
+  bool truncated = false;
+  std::size_t original_bytes = 0;
+};
+
+// Keeps at most `max_bytes` bytes of `s`, cut before any partial UTF-8 character.
+CappedText cap_utf8(std::string_view s, std::size_t max_bytes);
+
+struct ChildExit {
+  std::optional<int> code;    // exit code, when the child exited
+  std::optional<int> signal;  // terminating signal, when it was killed
+};
+
+struct Envelope {
+  std::string id;
+  std::string preset;
+  std::string description;
+  Status status = Status::failed;
+  std::string budget;  // which budget, when status == budget_exhausted
+  std::string reason;  // one sentence on why the child ended this way
+  CappedText summary;
+  CappedText answer;
+  std::map<std::string, std::uint64_t> tools_used;  // tool name -> calls allowed and run
+  std::uint64_t tools_denied = 0;
+  Usage usage;
+  std::uint64_t steps = 0;
+  std::uint64_t tool_calls = 0;
+  std::uint64_t duration_ms = 0;
+  ChildExit exit;
+  std::optional<std::string> transcript;
+  std::vector<std::string> sandbox_applied;  // layers that were in force
+  std::vector<std::string> sandbox_missing;  // layers the kernel lacked (reported, never silent)
+  json artifacts = json::object();           // e.g. a patch from an implementation child
+};
+
+nlohmann::json to_json(const Envelope& e);
+
+}  // namespace protocol

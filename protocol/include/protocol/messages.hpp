@@ -1,0 +1,181 @@
+// The supervisor <-> child protocol, version 1: one JSON object per line. Specified in
+// protocol/README.md; this header is the single implementation both sides use.
+//
+// Decoding never throws: a line that is not a JSON object, lacks a field, has a field of the wrong
+// type, or names an unknown type yields a DecodeError whose text names the offending field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace protocol {
+
+using json = nlohmann::json;
+
+inline constexpr int kVersion = 1;
+inline constexpr int kMinVersion = 1;
+
+struct Usage {
+  std::uint64_t input_tokens = 0;
+  std::uint64_t output_tokens = 0;
+  std::uint64_t reasoning_tokens = 0;
+  std::uint64_t total() const noexcept { return input_tokens + output_tokens; }
+  Usage& operator+=(const Usage& o) noexcept {
+    input_tokens += o.input_tokens;
+    output_tokens += o.output_tokens;
+    reasoning_tokens += o.reasoning_tokens;
+    return *this;
+  }
+};
+
+// ---- child -> supervisor -------------------------------------------------------------------------
+
+struct Hello {  // first message the child sends
+  std::vector<int> versions;  // protocol versions the child speaks
+  std::string agent;          // free text, e.g. "subagent-child/0.1.0"
+};
+
+struct ModelRequest {  // "run one model turn for me"
+  std::string id;
+  json messages = json::array();  // neutral chat messages (see README)
+  json tools = json::array();     // tool specs offered to the model: {name, description, input_schema}
+  std::optional<std::uint64_t> max_tokens;
+};
+
+struct ToolRequest {  // "may I run this tool?" (or, for brokered tools, "run it for me")
+  std::string id;
+  std::string tool;
+  json args = json::object();
+};
+
+struct ToolDone {  // after a local tool ran: outcome and size of what went to the model
+  std::string id;
+  bool ok = true;
+  std::uint64_t bytes = 0;
+  std::string error;
+};
+
+struct Final {  // the child's result; the last message it sends
+  std::string summary;
+  std::string answer;
+  json report = json::object();  // structured form of the answer (findings, evidence, ...)
+};
+
+struct Log {
+  std::string level;  // debug | info | warn | error
+  std::string message;
+};
+
+using ChildMessage = std::variant<Hello, ModelRequest, ToolRequest, ToolDone, Final, Log>;
+
+// ---- supervisor -> child -------------------------------------------------------------------------
+
+struct Limits {
+  std::uint64_t max_steps = 0;
+  std::uint64_t max_tool_calls = 0;
+  std::uint64_t max_tokens = 0;
+  std::uint64_t timeout_ms = 0;
+  std::uint64_t summary_bytes = 0;
+  std::uint64_t answer_bytes = 0;
+  std::uint64_t tool_result_bytes = 0;  // cap on any one tool result the child sends to the model
+};
+
+struct Task {
+  std::string brief;
+  std::string description;
+  std::string preset;
+  std::string workspace;
+  json tools = json::array();  // specs of the tools this child may use
+  Limits limits;
+};
+
+struct Welcome {
+  int version = kVersion;
+  std::string child_id;
+  Task task;
+};
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  json arguments = json::object();
+};
+
+struct ModelResponse {
+  std::string id;
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+  Usage usage;
+  std::string finish_reason;  // stop | tool_calls | length | budget | other text from the provider
+};
+
+struct ModelError {
+  std::string id;
+  std::string code;  // budget_exhausted | provider_error | wrap_up | bad_request
+  std::string message;
+};
+
+struct ToolDecision {
+  std::string id;
+  bool allow = false;
+  std::string reason;
+};
+
+struct ToolResult {  // result of a brokered tool the supervisor ran on the child's behalf
+  std::string id;
+  bool ok = false;
+  std::string content;
+};
+
+struct WrapUp {
+  std::string reason;  // budget_exhausted | timeout
+  std::string budget;  // steps | tool_calls | tokens | time (empty when not a budget)
+};
+
+struct Cancel {
+  std::string reason;
+};
+
+struct Error {
+  std::string code;
+  std::string message;
+};
+
+using SupervisorMessage =
+    std::variant<Welcome, ModelResponse, ModelError, ToolDecision, ToolResult, WrapUp, Cancel, Error>;
+
+// ---- codec ---------------------------------------------------------------------------------------
+
+template <class T>
+struct Decoded {
+  std::optional<T> message;
+  std::string error;  // set when !message: names what was wrong
+  explicit operator bool() const noexcept { return message.has_value(); }
+};
+
+Decoded<ChildMessage> decode_child_message(std::string_view line);
+Decoded<SupervisorMessage> decode_supervisor_message(std::string_view line);
+
+json to_json(const ChildMessage& m);
+json to_json(const SupervisorMessage& m);
+json to_json(const Usage& u);
+json to_json(const Limits& l);
+
+// One line of the wire: compact JSON + '\n'. Invalid UTF-8 in strings is replaced, never thrown on.
+std::string encode_line(const json& j);
+inline std::string encode_line(const ChildMessage& m) { return encode_line(to_json(m)); }
+inline std::string encode_line(const SupervisorMessage& m) { return encode_line(to_json(m)); }
+
+// Chooses the protocol version: the highest of `offered` that this build speaks, or nullopt.
+std::optional<int> negotiate_version(const std::vector<int>& offered) noexcept;
+
+const char* type_name(const ChildMessage& m) noexcept;
+const char* type_name(const SupervisorMessage& m) noexcept;
+
+}  // namespace protocol

@@ -1,0 +1,65 @@
+// Launching a process under a sandbox plan.
+//
+//   Plan plan = sandbox::prepare(policy, request);   // parent: allocates, compiles seccomp, opens Landlock
+//   Child child = sandbox::launch(plan);             // fork; apply_in_child (raw syscalls only); exec
+//
+// launch() reports a failed sandbox step as a SandboxError naming the step and errno; the target never
+// runs unsandboxed. Call launch() from the thread that will outlive the child (PR_SET_PDEATHSIG fires
+// when the forking *thread* exits): in the supervisor that is the event-loop thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sandbox/policy.hpp"
+
+namespace sandbox {
+
+class SandboxError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchRequest {
+  std::string executable;          // absolute path of the program to exec
+  std::vector<std::string> argv;   // argv[0] included
+  std::filesystem::path workspace;  // the child's cwd; substituted for ${workspace}
+  std::filesystem::path child_dir;  // substituted for ${child}
+  std::vector<std::string> extra_env;  // "NAME=value" set by the caller (never secrets)
+  // Parent fds that become the child's 0, 1 and 2. Every other fd is closed in the child.
+  int stdin_fd = 0;
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+struct LayerStatus {
+  std::string name;    // e.g. "seccomp", "landlock", "pid_namespace"
+  bool applied = false;
+  std::string detail;  // e.g. "ABI 7", or why it is missing
+};
+
+class Plan;  // opaque, prepared data; see detail in launch.cpp
+
+struct PlanDeleter {
+  void operator()(Plan* p) const noexcept;
+};
+using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
+
+PlanPtr prepare(const Policy& policy, const LaunchRequest& request);
+
+// Layers the plan will apply and those the kernel lacks.
+std::vector<LayerStatus> layers(const Plan& plan);
+
+struct Child {
+  pid_t pid = -1;
+  int pidfd = -1;  // owned by the caller; close-on-exec
+};
+
+Child launch(const Plan& plan);
+
+}  // namespace sandbox

@@ -1,0 +1,50 @@
+// The "sandbox" section of a preset policy file (policies/*.json), parsed and validated.
+// Knows nothing about agents: it describes what a process may touch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sandbox {
+
+// Thrown for an invalid policy; what() names the file and the field, e.g.
+// "policy worker.json: sandbox.rlimits.open_files must be a positive integer".
+class PolicyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Rlimits {
+  std::uint64_t address_space_mb = 0;  // 0 = leave unlimited
+  std::uint64_t cpu_seconds = 0;
+  std::uint64_t open_files = 0;
+  std::uint64_t file_size_mb = 0;  // 0 = no file may grow (read-only presets)
+  std::uint64_t core_mb = 0;       // always 0 in shipped presets
+  std::uint64_t processes = 0;
+};
+
+struct Policy {
+  std::string source;  // file name, for error messages
+  // Path templates; ${workspace} and ${child} are substituted at prepare() time.
+  std::vector<std::string> read_paths;
+  std::vector<std::string> write_paths;
+  std::vector<std::string> exec_paths;
+  std::vector<std::string> protected_paths;  // relative to each write root, or absolute
+  std::string network = "none";              // "none" | "loopback"? | "host" (see policies/README.md)
+  std::vector<std::string> extra_denied_syscalls;
+  Rlimits rlimits;
+  std::vector<std::string> namespaces;  // user, pid, net, ipc, uts, mount
+  std::vector<std::string> env_allow;   // names copied from the supervisor's environment
+  std::map<std::string, std::string> env_set;  // fixed values (templates allowed)
+  std::vector<std::string> required;    // layers that must be in force, else launch fails
+};
+
+// Parses the "sandbox" object of a policy file. `source` names the file in errors.
+Policy parse_policy(const nlohmann::json& section, const std::string& source);
+
+}  // namespace sandbox
