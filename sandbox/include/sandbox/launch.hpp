@@ -57,9 +57,19 @@ std::vector<LayerStatus> layers(const Plan& plan);
 
 struct Child {
   pid_t pid = -1;
-  int pidfd = -1;  // owned by the caller; close-on-exec
+  int pidfd = -1;      // owned by the caller; close-on-exec
+  std::string cgroup;  // per-launch pids cgroup, or empty; remove with release() after reaping
 };
 
+// Forks the plan's target. Blocks until the child has exec'd (or failed a step: then the child is
+// reaped here and SandboxError names the step, e.g. "sandbox step 'landlock_restrict_self' failed:
+// Operation not permitted"). A plan may be launched more than once. With a PID namespace the target
+// is PID 1 of it: when it dies the kernel kills every descendant; note that PID 1 ignores signals
+// it has no handler for, except SIGKILL and SIGSTOP (send SIGKILL, or SIGTERM to a child that
+// handles it).
 Child launch(const Plan& plan);
+
+// After the caller reaped the child: removes its per-launch cgroup (if any). Never throws.
+void release(const Child& child) noexcept;
 
 }  // namespace sandbox

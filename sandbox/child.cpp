@@ -1,0 +1,165 @@
+// Runs in the child between clone and execve.
+//
+// ASYNC-SIGNAL-SAFE CODE ONLY. The child is a copy of a possibly multi-threaded parent: another
+// thread may have held malloc's or stdio's lock at clone time. No malloc, no new, no std::string,
+// no locks, no logging, no exceptions, no stdio, no atexit handlers. Only raw syscalls and thin libc
+// syscall wrappers on data the parent prepared. Leave only through execve or _exit.
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "plan.hpp"
+#include "syscalls.hpp"
+
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT (1 << 0)
+#define SECBIT_NOROOT_LOCKED (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP (1 << 2)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED (1 << 5)
+#define SECBIT_NO_CAP_AMBIENT_RAISE (1 << 6)
+#define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
+#endif
+
+namespace sandbox {
+namespace {
+
+// Exit status when the supervisor vanished before releasing us; nobody reads the status pipe then.
+constexpr int kExitParentGone = 125;
+constexpr int kExitStepFailed = 126;
+
+[[noreturn]] void fail(int status_fd, Step step, int error) noexcept {
+  StatusRecord record{static_cast<std::int32_t>(step), error};
+  // A pipe write of <= PIPE_BUF bytes is atomic; nothing useful to do if it fails.
+  while (::write(status_fd, &record, sizeof record) < 0 && errno == EINTR) {
+  }
+  ::_exit(kExitStepFailed);
+}
+
+int close_except(int lowest, int keep_a, int keep_b) noexcept {
+  if (keep_a > keep_b) {
+    int t = keep_a;
+    keep_a = keep_b;
+    keep_b = t;
+  }
+  unsigned next = static_cast<unsigned>(lowest);
+  for (int keep : {keep_a, keep_b}) {
+    if (keep < lowest) continue;
+    if (static_cast<unsigned>(keep) > next &&
+        sys::close_range(next, static_cast<unsigned>(keep) - 1, 0) != 0)
+      return -1;
+    next = static_cast<unsigned>(keep) + 1;
+  }
+  return sys::close_range(next, ~0U, 0);
+}
+
+int bring_up_loopback() noexcept {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof ifr);
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  int rc = ::ioctl(fd, SIOCGIFFLAGS, &ifr);
+  if (rc == 0) {
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+    rc = ::ioctl(fd, SIOCSIFFLAGS, &ifr);
+  }
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return rc;
+}
+
+}  // namespace
+
+void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
+  // The parent blocked every signal around clone so that none of its handlers runs here. Restore
+  // default dispositions (ignored signals would survive execve) before unblocking.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // EINVAL for libc's own
+  }
+  sigset_t none;
+  ::sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(status_fd, Step::kSignals, errno);
+
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(status_fd, Step::kPdeathsig, errno);
+  // The parent releases us by writing one byte, after writing our uid/gid maps and cgroup. If it
+  // died before our PR_SET_PDEATHSIG (getppid() cannot tell in a new PID namespace: it reads 0),
+  // its end of the pipe is closed and we see EOF instead.
+  char go = 0;
+  ssize_t n;
+  while ((n = ::read(sync_fd, &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) ::_exit(kExitParentGone);
+  ::close(sync_fd);
+
+  // Move the three request fds above every fd we still need, then into place; dup2 clears
+  // close-on-exec on 0, 1 and 2.
+  int lowest = 3;
+  if (status_fd >= lowest) lowest = status_fd + 1;
+  if (plan.landlock_fd >= lowest) lowest = plan.landlock_fd + 1;
+  int moved[3];
+  for (int i = 0; i < 3; ++i) {
+    moved[i] = ::fcntl(plan.stdio[i], F_DUPFD_CLOEXEC, lowest);
+    if (moved[i] < 0) fail(status_fd, Step::kDupStdio, errno);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (::dup2(moved[i], i) < 0) fail(status_fd, Step::kDupStdio, errno);
+
+  if (::setsid() < 0) fail(status_fd, Step::kSetsid, errno);
+  // status_fd and the Landlock ruleset are close-on-exec; everything else goes now.
+  if (close_except(3, status_fd, plan.landlock_fd) != 0) fail(status_fd, Step::kCloseFds, errno);
+
+  if (plan.drop_groups && ::setgroups(0, nullptr) != 0) fail(status_fd, Step::kSetgroups, errno);
+  if (plan.loopback && bring_up_loopback() != 0) fail(status_fd, Step::kLoopback, errno);
+
+  for (const Limit& limit : plan.limits)
+    if (::setrlimit(static_cast<__rlimit_resource>(limit.resource), &limit.value) != 0)
+      fail(status_fd, Step::kRlimits, errno);
+
+  if (plan.have_setpcap) {
+    // Uid 0 (in its namespace) regains no capability through execve, and the bits cannot change.
+    const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                               SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                               SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    if (::prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) fail(status_fd, Step::kSecurebits, errno);
+    for (unsigned long cap = 0; cap < 64; ++cap) {
+      int in_set = ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+      if (in_set < 0) break;  // EINVAL past CAP_LAST_CAP
+      if (in_set == 1 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+        fail(status_fd, Step::kCapBounding, errno);
+    }
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+    fail(status_fd, Step::kCapAmbient, errno);
+  if (sys::capset_zero() != 0) fail(status_fd, Step::kCapset, errno);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(status_fd, Step::kNoNewPrivs, errno);
+
+  if (::chdir(plan.workspace.c_str()) != 0) fail(status_fd, Step::kChdir, errno);
+  if (plan.landlock_fd >= 0) {
+    if (sys::landlock_restrict_self(plan.landlock_fd) != 0) fail(status_fd, Step::kLandlock, errno);
+    ::close(plan.landlock_fd);
+  }
+  // Last: from here on the filter also applies to what we do ourselves.
+  if (!plan.bpf.empty()) {
+    struct sock_fprog prog;
+    prog.len = static_cast<unsigned short>(plan.bpf.size());
+    prog.filter = const_cast<sock_filter*>(plan.bpf.data());
+    if (sys::seccomp_set_filter(&prog) != 0) fail(status_fd, Step::kSeccomp, errno);
+  }
+  ::execve(plan.executable.c_str(), plan.argv.data(), plan.envp.data());
+  fail(status_fd, Step::kExecve, errno);
+}
+
+}  // namespace sandbox

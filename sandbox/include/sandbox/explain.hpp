@@ -1,0 +1,26 @@
+// What a policy compiles to and what the running kernel offers, for `policy explain` and envelopes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sandbox/launch.hpp"
+#include "sandbox/policy.hpp"
+
+namespace sandbox {
+
+struct SyscallDecision {
+  std::string syscall;    // syscall name, or "*" for the default / architecture rows
+  std::string action;     // "allow", "errno EPERM", "errno ENOSYS", "errno EAFNOSUPPORT", "kill process"
+  std::string condition;  // empty when unconditional, e.g. "flags & CLONE_NEWUSER"
+};
+
+// Every seccomp decision the policy's filter makes, in rule order. Pure: no kernel calls.
+std::vector<SyscallDecision> syscall_table(const Policy& policy);
+
+// What the running kernel and process allow, one entry per layer name (see layers()): applied means
+// "available here", detail says how (e.g. "Landlock ABI 7") or why not. Probes once per process
+// (forks short-lived children for namespaces); thread-safe.
+std::vector<LayerStatus> kernel_support();
+
+}  // namespace sandbox

@@ -1,0 +1,12 @@
+// Self-protection for the process that holds secrets (the supervisor).
+#pragma once
+
+namespace sandbox {
+
+// Makes the calling process non-dumpable (PR_SET_DUMPABLE 0: same-uid processes can no longer
+// ptrace it or read /proc/<pid>/{environ,mem}, and it leaves no core dump), sets RLIMIT_CORE to 0
+// and marks every open fd above 2 close-on-exec. Irreversible for dumpable; call once at start,
+// before any thread is created. Throws SandboxError naming the step that failed.
+void protect_self();
+
+}  // namespace sandbox

@@ -1,0 +1,26 @@
+// The Landlock layer: a ruleset opened in the parent; the child only calls restrict_self on it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sandbox {
+
+struct LandlockPaths {
+  std::vector<std::string> read, write, execute, protect;  // substituted, absolute
+  bool deny_tcp = false;                                   // network "none"
+};
+
+struct LandlockRuleset {
+  int fd = -1;       // O_CLOEXEC ruleset fd, owned by the caller; -1 when Landlock is absent
+  int abi = 0;       // ABI the ruleset was built for
+  bool scoped = false;
+  bool tcp_denied = false;
+  std::string detail;  // human-readable summary, including skipped (missing) paths
+};
+
+// Throws SandboxError for a path that cannot be opened (other than "does not exist" for a path
+// that is not the workspace) or a rule the kernel rejects.
+LandlockRuleset build_landlock(const LandlockPaths& paths, const std::string& required_workspace);
+
+}  // namespace sandbox

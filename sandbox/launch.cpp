@@ -1,0 +1,437 @@
+#include "sandbox/launch.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "cgroup.hpp"
+#include "landlock.hpp"
+#include "layer_names.hpp"
+#include "namespaces.hpp"
+#include "plan.hpp"
+#include "seccomp.hpp"
+#include "syscalls.hpp"
+
+extern char** environ;
+
+namespace sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Substitution {
+  std::string workspace, child;
+};
+
+// Returns false when the template names ${child} and the request has no child directory.
+bool substitute(const std::string& in, const Substitution& sub, std::string* out) {
+  std::string result = in;
+  for (const auto& [key, value] : {std::pair<std::string, const std::string*>{"${workspace}",
+                                                                             &sub.workspace},
+                                   {"${child}", &sub.child}}) {
+    std::size_t pos;
+    while ((pos = result.find(key)) != std::string::npos) {
+      if (value->empty()) return false;
+      result.replace(pos, key.size(), *value);
+    }
+  }
+  *out = std::move(result);
+  return true;
+}
+
+std::vector<std::string> substitute_all(const std::vector<std::string>& in,
+                                        const Substitution& sub, std::string* dropped) {
+  std::vector<std::string> out;
+  for (const auto& t : in) {
+    std::string s;
+    if (substitute(t, sub, &s))
+      out.push_back(fs::path(s).lexically_normal().string());
+    else
+      *dropped += (dropped->empty() ? "" : ", ") + t;
+  }
+  return out;
+}
+
+bool has_cap_setpcap() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      unsigned long long caps = std::stoull(line.substr(7), nullptr, 16);
+      return (caps >> 8) & 1;  // CAP_SETPCAP
+    }
+  }
+  return false;
+}
+
+struct NamespaceFlag {
+  const char* name;  // policy name
+  unsigned long flag;
+};
+constexpr NamespaceFlag kNamespaces[] = {{"user", CLONE_NEWUSER}, {"pid", CLONE_NEWPID},
+                                         {"net", CLONE_NEWNET},   {"ipc", CLONE_NEWIPC},
+                                         {"uts", CLONE_NEWUTS},   {"mount", CLONE_NEWNS}};
+
+std::string mb(std::uint64_t v) { return std::to_string(v) + " MiB"; }
+
+void add_limit(Plan& plan, int resource, rlim_t soft, rlim_t hard) {
+  plan.limits.push_back({resource, {soft, hard}});
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+void reap(pid_t pid) noexcept {
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+const char* step_name(Step step) noexcept {
+  switch (step) {
+    case Step::kSignals: return "reset_signals";
+    case Step::kPdeathsig: return "pdeathsig";
+    case Step::kDupStdio: return "dup_stdio";
+    case Step::kSetsid: return "setsid";
+    case Step::kCloseFds: return "close_fds";
+    case Step::kSetgroups: return "setgroups";
+    case Step::kLoopback: return "loopback_up";
+    case Step::kRlimits: return "setrlimit";
+    case Step::kSecurebits: return "securebits";
+    case Step::kCapBounding: return "capability_bounding_set";
+    case Step::kCapAmbient: return "capability_ambient_clear";
+    case Step::kCapset: return "capset";
+    case Step::kNoNewPrivs: return "no_new_privs";
+    case Step::kChdir: return "chdir_workspace";
+    case Step::kLandlock: return "landlock_restrict_self";
+    case Step::kSeccomp: return "seccomp_set_mode_filter";
+    case Step::kExecve: return "execve";
+  }
+  return "unknown";
+}
+
+Plan::~Plan() {
+  if (landlock_fd >= 0) ::close(landlock_fd);
+}
+
+void PlanDeleter::operator()(Plan* p) const noexcept { delete p; }
+
+PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
+  const std::string& src = policy.source;
+  auto error = [&](const std::string& what) {
+    return SandboxError("policy " + src + ": " + what);
+  };
+  if (request.executable.empty() || request.executable.front() != '/')
+    throw SandboxError("launch request: executable must be an absolute path (got '" +
+                       request.executable + "')");
+  if (request.argv.empty()) throw SandboxError("launch request: argv must hold at least argv[0]");
+  if (!request.workspace.is_absolute())
+    throw SandboxError("launch request: workspace must be an absolute path (got '" +
+                       request.workspace.string() + "')");
+  std::error_code ec;
+  if (!fs::is_directory(request.workspace, ec))
+    throw SandboxError("launch request: workspace '" + request.workspace.string() +
+                       "' is not an existing directory");
+  for (int fd : {request.stdin_fd, request.stdout_fd, request.stderr_fd})
+    if (::fcntl(fd, F_GETFD) < 0)
+      throw SandboxError("launch request: stdio fd " + std::to_string(fd) + " is not open");
+
+  PlanPtr plan(new Plan);
+  plan->policy_source = src;
+  const Substitution sub{request.workspace.lexically_normal().string(),
+                         request.child_dir.empty() ? std::string()
+                                                   : request.child_dir.lexically_normal().string()};
+  plan->workspace = sub.workspace;
+  plan->executable = request.executable;
+  plan->stdio[0] = request.stdin_fd;
+  plan->stdio[1] = request.stdout_fd;
+  plan->stdio[2] = request.stderr_fd;
+
+  // argv / envp: every string is final before fork; the child only reads the pointer arrays.
+  plan->argv_store = request.argv;
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = entry.substr(0, eq);
+    if (std::find(policy.env_allow.begin(), policy.env_allow.end(), name) != policy.env_allow.end())
+      env[name] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : policy.env_set) {
+    std::string v;
+    if (!substitute(value, sub, &v))
+      throw error("sandbox.environment.set." + name + " uses ${child}, but the launch request has "
+                  "no child directory");
+    env[name] = v;
+  }
+  for (const std::string& entry : request.extra_env) {
+    auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw SandboxError("launch request: extra_env entry '" + entry + "' is not NAME=value");
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  std::string env_names;
+  for (const auto& [name, value] : env) {
+    plan->env_store.push_back(name + "=" + value);
+    env_names += (env_names.empty() ? "" : " ") + name;
+  }
+  for (auto& s : plan->argv_store) plan->argv.push_back(s.data());
+  plan->argv.push_back(nullptr);
+  for (auto& s : plan->env_store) plan->envp.push_back(s.data());
+  plan->envp.push_back(nullptr);
+
+  const Rlimits& r = policy.rlimits;
+  constexpr rlim_t kMiB = 1024 * 1024;
+  std::string limits;
+  if (r.address_space_mb) {
+    add_limit(*plan, RLIMIT_AS, r.address_space_mb * kMiB, r.address_space_mb * kMiB);
+    limits += "address space " + mb(r.address_space_mb) + ", ";
+  }
+  if (r.cpu_seconds) {  // SIGXCPU at the soft limit, SIGKILL one second later
+    add_limit(*plan, RLIMIT_CPU, r.cpu_seconds, r.cpu_seconds + 1);
+    limits += "cpu " + std::to_string(r.cpu_seconds) + " s, ";
+  }
+  if (r.open_files) {
+    add_limit(*plan, RLIMIT_NOFILE, r.open_files, r.open_files);
+    limits += "open files " + std::to_string(r.open_files) + ", ";
+  }
+  add_limit(*plan, RLIMIT_FSIZE, r.file_size_mb * kMiB, r.file_size_mb * kMiB);
+  limits += "file size " + mb(r.file_size_mb) + ", ";
+  add_limit(*plan, RLIMIT_CORE, r.core_mb * kMiB, r.core_mb * kMiB);
+  limits += "core " + mb(r.core_mb);
+  if (r.processes) {
+    add_limit(*plan, RLIMIT_NPROC, r.processes, r.processes);
+    limits += ", processes " + std::to_string(r.processes);
+  }
+
+  plan->bpf = compile_seccomp(policy);
+
+  std::string dropped;
+  LandlockPaths paths;
+  paths.read = substitute_all(policy.read_paths, sub, &dropped);
+  paths.write = substitute_all(policy.write_paths, sub, &dropped);
+  paths.execute = substitute_all(policy.exec_paths, sub, &dropped);
+  paths.deny_tcp = policy.network == "none";
+  LandlockRuleset landlock = build_landlock(paths, sub.workspace);
+  plan->landlock_fd = landlock.fd;
+  if (!dropped.empty())
+    landlock.detail += ", dropped (no child directory in the request): " + dropped;
+
+  // Namespaces: what the policy asks for, minus what this kernel (or our privilege) refuses.
+  const bool root = ::geteuid() == 0;
+  std::map<std::string, std::string> ns_detail;
+  auto wants = [&](const char* name) {
+    return std::find(policy.namespaces.begin(), policy.namespaces.end(), name) !=
+           policy.namespaces.end();
+  };
+  unsigned long flags = 0;
+  if (wants("user")) {
+    if (namespaces_supported(CLONE_NEWUSER))
+      flags |= CLONE_NEWUSER;
+    else
+      ns_detail["user"] = "the kernel refused CLONE_NEWUSER (disabled, or nested too deeply)";
+  }
+  for (const NamespaceFlag& ns : kNamespaces) {
+    if (ns.flag == CLONE_NEWUSER || !wants(ns.name)) continue;
+    unsigned long with_user = ns.flag | (flags & CLONE_NEWUSER);
+    if (!root && !(flags & CLONE_NEWUSER))
+      ns_detail[ns.name] = "needs a user namespace when the supervisor is not root";
+    else if (namespaces_supported(with_user))
+      flags |= ns.flag;
+    else
+      ns_detail[ns.name] = "the kernel refused it";
+  }
+  if (flags != 0 && !namespaces_supported(flags)) {
+    throw SandboxError("policy " + src +
+                       ": namespaces work one by one but not together on this kernel");
+  }
+  plan->clone_flags = flags;
+  plan->user_ns = flags & CLONE_NEWUSER;
+  plan->uid = ::geteuid();
+  plan->gid = ::getegid();
+  plan->drop_groups = root;
+  plan->have_setpcap = plan->user_ns || has_cap_setpcap();
+  plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
+
+  // The process cap: RLIMIT_NPROC binds any uid but 0; for root use a pids cgroup.
+  LayerStatus process_cap{"process_cap", false, "the policy sets no process limit"};
+  if (r.processes) {
+    if (::getuid() != 0) {
+      process_cap = {"process_cap", true,
+                     "RLIMIT_NPROC " + std::to_string(r.processes) + " (uid " +
+                         std::to_string(::getuid()) + ")"};
+    } else {
+      const PidsCgroupRoot& cg = pids_cgroup_root();
+      if (!cg.path.empty()) {
+        plan->cgroup_root = cg.path;
+        plan->pids_max = r.processes;
+        process_cap = {"process_cap", true,
+                       "pids.max " + std::to_string(r.processes) + " in a per-launch " + cg.detail};
+      } else {
+        process_cap = {"process_cap", false,
+                       "running as root, where RLIMIT_NPROC does not bind, and " + cg.detail};
+      }
+    }
+  }
+
+  auto ns_layer = [&](const char* layer, const char* name, unsigned long flag, std::string how) {
+    if (flags & flag) return LayerStatus{layer, true, std::move(how)};
+    if (!wants(name)) return LayerStatus{layer, false, "not requested by the policy"};
+    return LayerStatus{layer, false, ns_detail[name]};
+  };
+  const bool bounding = plan->have_setpcap;
+  plan->layers = {
+      {"no_new_privs", true, "PR_SET_NO_NEW_PRIVS"},
+      {"capabilities", true,
+       bounding ? "effective, permitted, inheritable, ambient and bounding sets emptied; "
+                  "securebits NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE locked"
+                : "effective, permitted, inheritable and ambient sets emptied; bounding set kept "
+                  "(no CAP_SETPCAP), which cannot grant anything under no_new_privs"},
+      {"session", true, "setsid: new session, no controlling terminal"},
+      {"pdeathsig", true, "SIGKILL when the launching thread exits"},
+      {"close_fds", true, "only fds 0, 1 and 2 stay open"},
+      {"clean_env", true, std::to_string(env.size()) + " variables: " + env_names},
+      {"rlimits", true, limits},
+      {"landlock", landlock.fd >= 0, landlock.detail},
+      {"landlock_scopes", landlock.scoped,
+       landlock.scoped ? "signals and abstract unix sockets scoped to the sandbox"
+                       : "needs Landlock ABI 6 (Linux 6.12); this kernel has ABI " +
+                             std::to_string(landlock.abi)},
+      {"seccomp", true,
+       std::to_string(plan->bpf.size()) + " BPF instructions; see the syscall table"},
+      ns_layer("user_namespace", "user", CLONE_NEWUSER,
+               "identity map of uid " + std::to_string(plan->uid) + " and gid " +
+                   std::to_string(plan->gid)),
+      ns_layer("pid_namespace", "pid", CLONE_NEWPID,
+               "the target is PID 1; every descendant dies with it"),
+      ns_layer("net_namespace", "net", CLONE_NEWNET,
+               plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),
+      ns_layer("ipc_namespace", "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
+      ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
+      ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table"),
+      process_cap,
+  };
+  for (const std::string& name : policy.required) {
+    auto it = std::find_if(plan->layers.begin(), plan->layers.end(),
+                           [&](const LayerStatus& l) { return l.name == name; });
+    if (it == plan->layers.end() || !it->applied)
+      throw error("requires the '" + name + "' layer, which is not available: " +
+                  (it == plan->layers.end() ? "unknown layer" : it->detail));
+  }
+  return plan;
+}
+
+std::vector<LayerStatus> layers(const Plan& plan) { return plan.layers; }
+
+Child launch(const Plan& plan) {
+  int status_pipe[2], sync_pipe[2];
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    int err = errno;
+    throw SandboxError(std::string("launch: pipe2 failed: ") + std::strerror(err));
+  }
+  Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
+  if (::pipe2(sync_pipe, O_CLOEXEC) != 0) {
+    int err = errno;
+    throw SandboxError(std::string("launch: pipe2 failed: ") + std::strerror(err));
+  }
+  Fd sync_read(sync_pipe[0]), sync_write(sync_pipe[1]);
+
+  Child child;
+  if (!plan.cgroup_root.empty()) child.cgroup = create_pids_cgroup(plan.cgroup_root, plan.pids_max);
+
+  // No parent signal handler may run in the child (it would act on the parent's state).
+  sigset_t all, old;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  struct clone_args args;
+  std::memset(&args, 0, sizeof args);
+  args.flags = plan.clone_flags | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = sys::clone3(&args);
+  if (pid < 0 && errno == ENOSYS)  // e.g. the supervisor itself runs under such a filter
+    pid = sys::clone_legacy(plan.clone_flags | CLONE_PIDFD | SIGCHLD, &pidfd);
+  if (pid == 0) run_child(plan, status_write.get(), sync_read.get());
+  int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    remove_cgroup(child.cgroup);
+    throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
+  }
+  child.pid = static_cast<pid_t>(pid);
+  child.pidfd = pidfd;
+  status_write.reset();
+  sync_read.reset();
+
+  auto abandon = [&]() noexcept {
+    ::kill(child.pid, SIGKILL);
+    reap(child.pid);
+    ::close(child.pidfd);
+    remove_cgroup(child.cgroup);
+  };
+  try {
+    if (plan.user_ns) write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
+    if (!child.cgroup.empty()) add_to_cgroup(child.cgroup, child.pid);
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  const char go = 1;
+  if (::write(sync_write.get(), &go, 1) != 1) {
+    int err = errno;
+    abandon();
+    throw SandboxError(std::string("launch: releasing the child failed: ") + std::strerror(err));
+  }
+  sync_write.reset();
+
+  StatusRecord record{};
+  ssize_t n;
+  while ((n = ::read(status_read.get(), &record, sizeof record)) < 0 && errno == EINTR) {
+  }
+  if (n == 0) return child;  // close-on-exec closed the pipe: execve succeeded
+  int read_errno = errno;
+  abandon();
+  if (n != static_cast<ssize_t>(sizeof record))
+    throw SandboxError(std::string("launch: reading the child's status failed: ") +
+                       (n < 0 ? std::strerror(read_errno) : "short record"));
+  std::string what = std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) +
+                     "' failed";
+  if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
+  throw SandboxError(what + ": " + std::strerror(record.error));
+}
+
+void release(const Child& child) noexcept { remove_cgroup(child.cgroup); }
+
+}  // namespace sandbox

@@ -1,0 +1,198 @@
+#include "sandbox/policy.hpp"
+
+#include <seccomp.h>
+
+#include <algorithm>
+#include <set>
+
+#include "layer_names.hpp"
+
+namespace sandbox {
+namespace {
+
+using nlohmann::json;
+
+class Parser {
+ public:
+  explicit Parser(const std::string& source) : source_(source) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw PolicyError("policy " + source_ + ": " + field + " " + what);
+  }
+
+  const json& object(const json& parent, const std::string& field, const char* key,
+                     std::initializer_list<const char*> allowed) const {
+    const json& value = parent.at(key);
+    if (!value.is_object()) fail(field, "must be an object");
+    check_keys(value, field, allowed);
+    return value;
+  }
+
+  void check_keys(const json& obj, const std::string& field,
+                  std::initializer_list<const char*> allowed) const {
+    for (const auto& [key, unused] : obj.items()) {
+      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) ==
+          allowed.end()) {
+        std::string list;
+        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+        fail(field + "." + key, "is not a known field (expected one of: " + list + ")");
+      }
+    }
+  }
+
+  std::vector<std::string> strings(const json& parent, const std::string& field, const char* key,
+                                   bool required) const {
+    std::vector<std::string> out;
+    if (!parent.contains(key)) {
+      if (required) fail(field + "." + key, "is missing");
+      return out;
+    }
+    const json& value = parent.at(key);
+    const std::string name = field + "." + key;
+    if (!value.is_array()) fail(name, "must be an array of strings");
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].is_string() || value[i].get_ref<const std::string&>().empty())
+        fail(name + "[" + std::to_string(i) + "]", "must be a non-empty string");
+      out.push_back(value[i].get<std::string>());
+    }
+    return out;
+  }
+
+  std::vector<std::string> paths(const json& parent, const std::string& field, const char* key,
+                                 bool relative_ok) const {
+    auto out = strings(parent, field, key, false);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const std::string& p = out[i];
+      bool templated = p.rfind("${workspace}", 0) == 0 || p.rfind("${child}", 0) == 0;
+      if (p.find("${") != std::string::npos && !templated)
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "uses an unknown template ('" + p + "'); only ${workspace} and ${child} exist");
+      if (p.find("${", templated ? 2 : 0) != std::string::npos)
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "may use a template only at its start ('" + p + "')");
+      if (!templated && p.front() != '/' && !relative_ok)
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "must be an absolute path or start with ${workspace} or ${child} ('" + p + "')");
+      if (p.find("/../") != std::string::npos || p.ends_with("/..") || p.rfind("../", 0) == 0 ||
+          p == "..")
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "must not contain '..' ('" + p + "')");
+    }
+    return out;
+  }
+
+  std::uint64_t count(const json& parent, const std::string& field, const char* key) const {
+    if (!parent.contains(key)) fail(field + "." + key, "is missing");
+    const json& value = parent.at(key);
+    if (!value.is_number_unsigned()) fail(field + "." + key, "must be a non-negative integer");
+    return value.get<std::uint64_t>();
+  }
+
+ private:
+  const std::string& source_;
+};
+
+bool valid_env_name(const std::string& name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+}  // namespace
+
+Policy parse_policy(const nlohmann::json& section, const std::string& source) {
+  Parser p(source);
+  const std::string root = "sandbox";
+  if (!section.is_object()) p.fail(root, "must be an object");
+  p.check_keys(section, root,
+               {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment",
+                "required"});
+  for (const char* key : {"filesystem", "network", "rlimits", "namespaces", "environment"})
+    if (!section.contains(key)) p.fail(root + "." + key, "is missing");
+
+  Policy policy;
+  policy.source = source;
+
+  const json& fs = p.object(section, root + ".filesystem", "filesystem",
+                            {"read", "write", "execute", "protected"});
+  policy.read_paths = p.paths(fs, root + ".filesystem", "read", false);
+  policy.write_paths = p.paths(fs, root + ".filesystem", "write", false);
+  policy.exec_paths = p.paths(fs, root + ".filesystem", "execute", false);
+  policy.protected_paths = p.paths(fs, root + ".filesystem", "protected", true);
+  if (!policy.protected_paths.empty() && policy.write_paths.empty())
+    p.fail(root + ".filesystem.protected", "lists paths but there is no write root to protect");
+
+  const json& network = section.at("network");
+  if (!network.is_string()) p.fail(root + ".network", "must be a string");
+  policy.network = network.get<std::string>();
+  if (policy.network != "none" && policy.network != "loopback" && policy.network != "host")
+    p.fail(root + ".network",
+           "must be \"none\", \"loopback\" or \"host\" (got \"" + policy.network + "\")");
+
+  if (section.contains("syscalls")) {
+    const json& sc = p.object(section, root + ".syscalls", "syscalls", {"deny"});
+    policy.extra_denied_syscalls = p.strings(sc, root + ".syscalls", "deny", false);
+    for (std::size_t i = 0; i < policy.extra_denied_syscalls.size(); ++i) {
+      const std::string& name = policy.extra_denied_syscalls[i];
+      if (seccomp_syscall_resolve_name(name.c_str()) == __NR_SCMP_ERROR)
+        p.fail(root + ".syscalls.deny[" + std::to_string(i) + "]",
+               "names an unknown syscall '" + name + "'");
+    }
+  }
+
+  const std::string rl = root + ".rlimits";
+  const json& rlimits = p.object(section, rl, "rlimits",
+                                 {"address_space_mb", "cpu_seconds", "open_files", "file_size_mb",
+                                  "core_mb", "processes"});
+  policy.rlimits.address_space_mb = p.count(rlimits, rl, "address_space_mb");
+  policy.rlimits.cpu_seconds = p.count(rlimits, rl, "cpu_seconds");
+  policy.rlimits.open_files = p.count(rlimits, rl, "open_files");
+  policy.rlimits.file_size_mb = p.count(rlimits, rl, "file_size_mb");
+  policy.rlimits.core_mb = p.count(rlimits, rl, "core_mb");
+  policy.rlimits.processes = p.count(rlimits, rl, "processes");
+  if (policy.rlimits.open_files != 0 && policy.rlimits.open_files < 4)
+    p.fail(rl + ".open_files", "must be 0 (unlimited) or at least 4 (stdin, stdout, stderr, exec)");
+
+  policy.namespaces = p.strings(section, root, "namespaces", true);
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < policy.namespaces.size(); ++i) {
+    const std::string& ns = policy.namespaces[i];
+    if (std::find(kNamespaceNames.begin(), kNamespaceNames.end(), ns) == kNamespaceNames.end())
+      p.fail(root + ".namespaces[" + std::to_string(i) + "]",
+             "names an unknown namespace '" + ns + "' (expected user, pid, net, ipc, uts, mount)");
+    if (!seen.insert(ns).second)
+      p.fail(root + ".namespaces[" + std::to_string(i) + "]", "repeats '" + ns + "'");
+  }
+  bool has_net = seen.count("net") != 0;
+  if (policy.network == "host" && has_net)
+    p.fail(root + ".network", "is \"host\" but sandbox.namespaces lists \"net\", which hides it");
+  if (policy.network == "loopback" && !has_net)
+    p.fail(root + ".network", "is \"loopback\", which needs \"net\" in sandbox.namespaces");
+
+  const std::string env = root + ".environment";
+  const json& environment = p.object(section, env, "environment", {"allow", "set"});
+  policy.env_allow = p.strings(environment, env, "allow", false);
+  for (std::size_t i = 0; i < policy.env_allow.size(); ++i)
+    if (!valid_env_name(policy.env_allow[i]))
+      p.fail(env + ".allow[" + std::to_string(i) + "]",
+             "is not a valid variable name ('" + policy.env_allow[i] + "')");
+  if (environment.contains("set")) {
+    const json& set = environment.at("set");
+    if (!set.is_object()) p.fail(env + ".set", "must be an object of strings");
+    for (const auto& [name, value] : set.items()) {
+      if (!valid_env_name(name)) p.fail(env + ".set." + name, "is not a valid variable name");
+      if (!value.is_string()) p.fail(env + ".set." + name, "must be a string");
+      policy.env_set[name] = value.get<std::string>();
+    }
+  }
+
+  policy.required = p.strings(section, root, "required", false);
+  for (std::size_t i = 0; i < policy.required.size(); ++i)
+    if (std::find(kLayerNames.begin(), kLayerNames.end(), policy.required[i]) == kLayerNames.end())
+      p.fail(root + ".required[" + std::to_string(i) + "]",
+             "names an unknown layer '" + policy.required[i] + "'");
+  return policy;
+}
+
+}  // namespace sandbox

@@ -1,0 +1,16 @@
+// The seccomp layer, compiled in the parent with libseccomp and exported to plain BPF.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <vector>
+
+#include "sandbox/explain.hpp"
+#include "sandbox/policy.hpp"
+
+namespace sandbox {
+
+// BPF program for `policy` on the native architecture. Throws SandboxError.
+std::vector<sock_filter> compile_seccomp(const Policy& policy);
+
+}  // namespace sandbox

@@ -1,0 +1,299 @@
+// Tries one action named by argv[1] and reports through its exit status: 0 when the action
+// succeeded, the errno value when it failed (EPERM = 1, EACCES = 13, ENOSYS = 38, ...), 120+ for
+// usage errors. Killed by a signal when the kernel kills it (seccomp: SIGSYS, rlimits: SIGXCPU).
+// Run both inside and outside the sandbox, so each "blocked" result has an "allowed" twin.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/io_uring.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+int result(long rc) { return rc < 0 ? (errno > 0 && errno < 120 ? errno : 119) : 0; }
+
+pid_t sleeper() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) pause();
+  }
+  return pid;
+}
+
+void reap_kill(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+int do_ptrace() {
+  pid_t pid = sleeper();
+  long rc = ptrace(PTRACE_ATTACH, pid, nullptr, nullptr);
+  int r = result(rc);
+  reap_kill(pid);
+  return r;
+}
+
+int do_process_vm_readv() {
+  static volatile int value = 42;
+  pid_t pid = sleeper();
+  int out = 0;
+  struct iovec local = {&out, sizeof out};
+  struct iovec remote = {const_cast<int*>(&value), sizeof value};
+  long rc = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  int r = result(rc);
+  reap_kill(pid);
+  return r;
+}
+
+int do_io_uring() {
+  struct io_uring_params params;
+  memset(&params, 0, sizeof params);
+  long fd = syscall(SYS_io_uring_setup, 4, &params);
+  if (fd >= 0) close(static_cast<int>(fd));
+  return result(fd);
+}
+
+int do_mount() {
+  char dir[] = "/tmp/sandbox-probe-mount-XXXXXX";
+  if (!mkdtemp(dir)) return 121;
+  long rc = mount("none", dir, "tmpfs", 0, "size=1m");
+  int r = result(rc);
+  if (rc == 0) umount2(dir, MNT_DETACH);
+  rmdir(dir);
+  return r;
+}
+
+int do_clone_flags(unsigned long flags) {
+  long pid = syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (pid == 0) _exit(0);
+  if (pid > 0) waitpid(static_cast<pid_t>(pid), nullptr, 0);
+  return result(pid);
+}
+
+int do_clone3() {
+  struct {
+    unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+  } args;
+  memset(&args, 0, sizeof args);
+  args.exit_signal = SIGCHLD;
+  long pid = syscall(SYS_clone3, &args, sizeof args);
+  if (pid == 0) _exit(0);
+  if (pid > 0) waitpid(static_cast<pid_t>(pid), nullptr, 0);
+  return result(pid);
+}
+
+int do_socket(int domain, int type) {
+  int fd = socket(domain, type, 0);
+  if (fd >= 0) close(fd);
+  return result(fd);
+}
+
+int do_socketpair(int domain) {
+  int sv[2];
+  int rc = socketpair(domain, SOCK_STREAM, 0, sv);
+  if (rc == 0) close(sv[0]), close(sv[1]);
+  return result(rc);
+}
+
+int do_bpf() {
+  union bpf_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.map_type = BPF_MAP_TYPE_ARRAY;
+  attr.key_size = 4;
+  attr.value_size = 4;
+  attr.max_entries = 1;
+  long fd = syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr);
+  if (fd >= 0) close(static_cast<int>(fd));
+  return result(fd);
+}
+
+int do_keyctl() {
+  // KEYCTL_GET_KEYRING_ID (0) of KEY_SPEC_PROCESS_KEYRING (-2), creating it.
+  return result(syscall(SYS_keyctl, 0, -2, 1));
+}
+
+int do_tiocsti(unsigned long high_bits) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0) return result(-1);
+  if (grantpt(master) != 0 || unlockpt(master) != 0) return result(-1);
+  int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+  if (slave < 0) return result(-1);
+  char c = 'x';
+  unsigned long request = TIOCSTI | high_bits;
+  return result(syscall(SYS_ioctl, slave, request, &c));
+}
+
+int do_x32() {
+  // getpid through the x32 ABI: ENOSYS on a kernel without x32, SIGSYS under the sandbox.
+  return result(syscall(0x40000000 | SYS_getpid));
+}
+
+int do_read(const char* path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result(-1);
+  char buf[64];
+  long n = read(fd, buf, sizeof buf);
+  close(fd);
+  return result(n);
+}
+
+int do_write(const char* path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return result(-1);
+  long n = write(fd, "probe\n", 6);
+  close(fd);
+  return result(n);
+}
+
+int do_fds() {
+  int open_fds = 0;
+  for (int fd = 3; fd < 4096; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0) {
+      printf("%d\n", fd);
+      ++open_fds;
+    }
+  }
+  fflush(stdout);
+  return open_fds == 0 ? 0 : 1;
+}
+
+int do_env() {
+  for (char** e = environ; *e; ++e) printf("%s\n", *e);
+  fflush(stdout);
+  return 0;
+}
+
+int do_forkbomb(int want) {
+  std::vector<pid_t> kids;
+  int r = 0;
+  for (int i = 0; i < want; ++i) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      r = result(-1);
+      break;
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (;;) pause();
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) kill(pid, SIGKILL);
+  for (pid_t pid : kids) waitpid(pid, nullptr, 0);
+  return r;
+}
+
+int do_membomb(long mib) {
+  std::vector<char*> blocks;
+  for (long i = 0; i < mib; ++i) {
+    char* p = static_cast<char*>(malloc(1 << 20));
+    if (!p) return ENOMEM;
+    memset(p, 1, 1 << 20);
+    blocks.push_back(p);
+  }
+  for (char* p : blocks) free(p);
+  return 0;
+}
+
+int do_spin(double seconds) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+  volatile unsigned long x = 0;
+  for (;;) {
+    for (int i = 0; i < 1000000; ++i) x = x + 1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    if ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 > seconds) return 0;
+  }
+}
+
+// Double-forks a setsid grandchild that keeps stdout open and sleeps; prints its pid first.
+int do_grandchild() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    if (fork() == 0) {
+      printf("%d\n", getpid());
+      fflush(stdout);
+      for (;;) pause();
+    }
+    _exit(0);
+  }
+  waitpid(pid, nullptr, 0);
+  usleep(100 * 1000);
+  return 0;
+}
+
+int do_sleep(int seconds) {
+  printf("%d\n", getpid());
+  fflush(stdout);
+  sleep(static_cast<unsigned>(seconds));
+  return 0;
+}
+
+int do_link(const char* from, const char* to) { return result(link(from, to)); }
+
+int do_kill(pid_t pid) { return result(kill(pid, 0)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 120;
+  const std::string action = argv[1];
+  const char* arg = argc > 2 ? argv[2] : "";
+  if (action == "true") return 0;
+  if (action == "pid") return getpid() == 1 ? 0 : 1;
+  if (action == "ptrace") return do_ptrace();
+  if (action == "process_vm_readv") return do_process_vm_readv();
+  if (action == "io_uring_setup") return do_io_uring();
+  if (action == "unshare") return result(unshare(CLONE_NEWUTS));
+  if (action == "mount") return do_mount();
+  if (action == "x32") return do_x32();
+  if (action == "clone_newuser") return do_clone_flags(CLONE_NEWUSER);
+  if (action == "clone_newnet") return do_clone_flags(CLONE_NEWNET);
+  if (action == "clone_plain") return do_clone_flags(0);
+  if (action == "clone3") return do_clone3();
+  if (action == "fork") return do_clone_flags(0);
+  if (action == "socket_inet") return do_socket(AF_INET, SOCK_STREAM);
+  if (action == "socket_inet6_udp") return do_socket(AF_INET6, SOCK_DGRAM);
+  if (action == "socket_netlink") return do_socket(AF_NETLINK, SOCK_RAW);
+  if (action == "socket_unix") return do_socket(AF_UNIX, SOCK_STREAM);
+  if (action == "socketpair_unix") return do_socketpair(AF_UNIX);
+  if (action == "socketpair_inet") return do_socketpair(AF_INET);
+  if (action == "bpf") return do_bpf();
+  if (action == "keyctl") return do_keyctl();
+  if (action == "tiocsti") return do_tiocsti(0);
+  if (action == "tiocsti_high") return do_tiocsti(1UL << 32);
+  if (action == "read") return do_read(arg);
+  if (action == "write") return do_write(arg);
+  if (action == "link") return argc > 3 ? do_link(argv[2], argv[3]) : 120;
+  if (action == "fds") return do_fds();
+  if (action == "env") return do_env();
+  if (action == "forkbomb") return do_forkbomb(atoi(arg));
+  if (action == "membomb") return do_membomb(atol(arg));
+  if (action == "spin") return do_spin(atof(arg));
+  if (action == "grandchild") return do_grandchild();
+  if (action == "sleep") return do_sleep(atoi(arg));
+  if (action == "kill") return do_kill(static_cast<pid_t>(atoi(arg)));
+  return 120;
+}

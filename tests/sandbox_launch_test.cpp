@@ -1,0 +1,303 @@
+// Launch mechanics: exit status, the status pipe, fds, environment, PID namespace, pdeathsig.
+#include "sandbox/launch.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sandbox/explain.hpp"
+#include "sandbox/policy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kProbe = SUBAGENT_TEST_PROGRAM_DIR "/sandbox_probe";
+
+sandbox::Policy explore_policy() {
+  std::ifstream in(SUBAGENT_SOURCE_DIR "/policies/explore.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = nlohmann::json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
+  return sandbox::parse_policy(doc.at("sandbox"), "explore.json");
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "sandbox-test-XXXXXX").string();
+    path = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Outcome {
+  int status = -1;
+  std::string out;
+};
+
+std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  return out;
+}
+
+sandbox::LaunchRequest request_for(const fs::path& workspace, std::vector<std::string> args) {
+  sandbox::LaunchRequest req;
+  req.executable = kProbe;
+  req.argv = {kProbe};
+  req.argv.insert(req.argv.end(), args.begin(), args.end());
+  req.workspace = workspace;
+  req.child_dir = SUBAGENT_TEST_PROGRAM_DIR;
+  return req;
+}
+
+Outcome run_sandboxed(const sandbox::Policy& policy, sandbox::LaunchRequest req) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  req.stdout_fd = out[1];
+  auto plan = sandbox::prepare(policy, req);
+  sandbox::Child child = sandbox::launch(*plan);
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  REQUIRE(::waitpid(child.pid, &o.status, 0) == child.pid);
+  ::close(child.pidfd);
+  sandbox::release(child);
+  return o;
+}
+
+Outcome run_plain(std::vector<std::string> args) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  args.insert(args.begin(), kProbe);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(kProbe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  ::waitpid(pid, &o.status, 0);
+  return o;
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
+
+bool readable_within(int fd, int ms) {
+  struct pollfd p = {fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1;
+}
+
+}  // namespace
+
+TEST_CASE("a sandboxed program runs and its exit status comes back") {
+  TempDir ws;
+  auto policy = explore_policy();
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"true"})).status) == 0);
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"no-such-action"})).status) == 120);
+}
+
+TEST_CASE("a nonexistent executable is a clear error and nothing runs") {
+  TempDir ws;
+  auto req = request_for(ws.path, {});
+  req.executable = "/nonexistent/program";
+  auto plan = sandbox::prepare(explore_policy(), req);
+  try {
+    sandbox::launch(*plan);
+    FAIL("launch succeeded");
+  } catch (const sandbox::SandboxError& e) {
+    CHECK(std::string(e.what()) ==
+          "sandbox step 'execve' failed for '/nonexistent/program': No such file or directory");
+  }
+  // The failed child was reaped by launch(): no child of ours is left.
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
+}
+
+TEST_CASE("a failing sandbox step is reported by name, and the target never runs") {
+  TempDir ws;
+  auto req = request_for(ws.path, {"true"});
+  auto plan = sandbox::prepare(explore_policy(), req);
+  fs::remove(ws.path);  // chdir into the workspace now fails in the child
+  try {
+    sandbox::launch(*plan);
+    FAIL("launch succeeded");
+  } catch (const sandbox::SandboxError& e) {
+    CHECK(std::string(e.what()) == "sandbox step 'chdir_workspace' failed: No such file or directory");
+  }
+  fs::create_directory(ws.path);
+}
+
+TEST_CASE("invalid launch requests are refused before fork") {
+  TempDir ws;
+  auto policy = explore_policy();
+  auto req = request_for(ws.path, {"true"});
+  req.executable = "relative/probe";
+  CHECK_THROWS_WITH_AS(sandbox::prepare(policy, req),
+                       "launch request: executable must be an absolute path (got 'relative/probe')",
+                       sandbox::SandboxError);
+  req = request_for(ws.path / "missing", {"true"});
+  CHECK_THROWS_AS(sandbox::prepare(policy, req), sandbox::SandboxError);
+}
+
+TEST_CASE("no fd but 0, 1 and 2 reaches the child") {
+  TempDir ws;
+  int leak = ::open("/dev/null", O_RDONLY);  // not close-on-exec: a plain fork/exec inherits it
+  REQUIRE(leak >= 3);
+  auto plain = run_plain({"fds"});
+  CHECK(exit_code(plain.status) == 1);
+  CHECK(plain.out.find(std::to_string(leak) + "\n") != std::string::npos);
+  auto boxed = run_sandboxed(explore_policy(), request_for(ws.path, {"fds"}));
+  CHECK(exit_code(boxed.status) == 0);
+  CHECK(boxed.out.empty());
+  ::close(leak);
+}
+
+TEST_CASE("the environment holds the allowlist, the policy's values and the request's, nothing else") {
+  TempDir ws;
+  ::setenv("SANDBOX_TEST_SECRET", "hunter2", 1);
+  ::setenv("LANG", "C.UTF-8", 1);
+  auto plain = run_plain({"env"});
+  CHECK(plain.out.find("SANDBOX_TEST_SECRET=hunter2") != std::string::npos);
+  auto req = request_for(ws.path, {"env"});
+  req.extra_env = {"SUBAGENT_PROTOCOL=1"};
+  auto boxed = run_sandboxed(explore_policy(), req);
+  CHECK(exit_code(boxed.status) == 0);
+  std::string expected = "HOME=" + ws.path.string() +
+                         "\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
+  CHECK(boxed.out == expected);
+  ::unsetenv("SANDBOX_TEST_SECRET");
+}
+
+TEST_CASE("the target is PID 1 of its own PID namespace") {
+  TempDir ws;
+  CHECK(exit_code(run_plain({"pid"}).status) == 1);
+  CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"pid"})).status) == 0);
+}
+
+TEST_CASE("a double-forked setsid grandchild dies with the child") {
+  TempDir ws;
+  // Twin: without the sandbox the grandchild outlives the probe and holds the pipe open.
+  {
+    int out[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(out[1], 1);
+      ::execl(kProbe.c_str(), kProbe.c_str(), "grandchild", nullptr);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    int status;
+    ::waitpid(pid, &status, 0);
+    char buf[32] = {};
+    REQUIRE(::read(out[0], buf, sizeof buf - 1) > 0);
+    pid_t grandchild = std::atoi(buf);
+    CHECK(!readable_within(out[0], 300));  // no EOF: the grandchild still holds stdout
+    CHECK(::kill(grandchild, SIGKILL) == 0);
+    ::close(out[0]);
+  }
+  {
+    int out[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    auto req = request_for(ws.path, {"grandchild"});
+    req.stdout_fd = out[1];
+    auto plan = sandbox::prepare(explore_policy(), req);
+    auto child = sandbox::launch(*plan);
+    ::close(out[1]);
+    int status;
+    REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
+    CHECK(exit_code(status) == 0);
+    drain(out[0]);  // returns at EOF: every holder of the pipe is dead
+    CHECK(readable_within(out[0], 0));
+    ::close(out[0]);
+    ::close(child.pidfd);
+    sandbox::release(child);
+  }
+}
+
+TEST_CASE("the child dies with the thread that launched it (PR_SET_PDEATHSIG)") {
+  TempDir ws;
+  auto run_in_intermediate = [&](bool sandboxed) {
+    int out[2], go[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(go, O_CLOEXEC) == 0);
+    pid_t mid = ::fork();
+    if (mid == 0) {
+      char byte;
+      if (sandboxed) {
+        auto req = request_for(ws.path, {"sleep", "30"});
+        req.stdout_fd = out[1];
+        auto plan = sandbox::prepare(explore_policy(), req);
+        sandbox::launch(*plan);
+      } else if (::fork() == 0) {
+        ::dup2(out[1], 1);
+        ::execl(kProbe.c_str(), kProbe.c_str(), "sleep", "30", nullptr);
+        ::_exit(127);
+      }
+      ::close(go[1]);
+      ::_exit(::read(go[0], &byte, 1) == 1 ? 0 : 1);  // exit when told to
+    }
+    ::close(out[1]);
+    ::close(go[0]);
+    char buf[32] = {};
+    REQUIRE(::read(out[0], buf, sizeof buf - 1) > 0);  // the sleeper is up
+    REQUIRE(::write(go[1], "x", 1) == 1);
+    ::close(go[1]);
+    int status;
+    ::waitpid(mid, &status, 0);
+    bool eof = readable_within(out[0], 2000) && drain(out[0]).empty();
+    if (!sandboxed) ::kill(std::atoi(buf), SIGKILL);
+    ::close(out[0]);
+    return eof;
+  };
+  CHECK(!run_in_intermediate(false));
+  CHECK(run_in_intermediate(true));
+}
+
+TEST_CASE("layers() reports every layer, and kernel_support() what the kernel offers") {
+  TempDir ws;
+  auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
+  auto layers = sandbox::layers(*plan);
+  REQUIRE(layers.size() == 17);
+  for (const auto& layer : layers) {
+    INFO(layer.name << ": " << layer.detail);
+    CHECK(!layer.detail.empty());
+  }
+  auto support = sandbox::kernel_support();
+  REQUIRE(support.size() == 17);
+  CHECK(support[7].name == "landlock");
+  CHECK(support[7].applied);
+}
+
+TEST_CASE("a required layer the plan lacks refuses the launch with the layer's name") {
+  TempDir ws;
+  auto policy = explore_policy();
+  policy.namespaces.clear();
+  policy.required.push_back("pid_namespace");
+  CHECK_THROWS_WITH_AS(
+      sandbox::prepare(policy, request_for(ws.path, {"true"})),
+      "policy explore.json: requires the 'pid_namespace' layer, which is not available: not "
+      "requested by the policy",
+      sandbox::SandboxError);
+}
