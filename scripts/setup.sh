@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine: installs what is missing, builds, then runs one of
+#   demo    the README's demo: a real explore child reads and greps this repository and reports
+#   test    the whole test suite (CTest)
+#   build   just the build
+# As root it uses apt-get directly; as a normal user it asks sudo for the install step only.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+action=${1:-build}
+build_dir=${SUBAGENT_BUILD_DIR:-$here/build}
+
+packages=(
+  g++ cmake ninja-build pkg-config ccache git
+  libboost1.81-dev nlohmann-json3-dev libseccomp-dev libcurl4-openssl-dev libssl-dev
+  doctest-dev libre2-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+cmake --build "$build_dir" -j "$jobs"
+
+case "$action" in
+  build) ;;
+  demo)
+    exec "$build_dir/bin/subagent-supervisor" run \
+      --preset explore --workspace "$here" \
+      --description "demo: map the protocol module" \
+      --brief "Find where the supervisor-child protocol framing is implemented and how oversize lines are handled. Cite files and lines." \
+      --model "replay:$here/examples/explore-demo.jsonl"
+    ;;
+  test)
+    exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
+    ;;
+  *)
+    echo "usage: scripts/setup.sh [build|demo|test]" >&2
+    exit 64
+    ;;
+esac

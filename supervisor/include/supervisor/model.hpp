@@ -1,0 +1,62 @@
+// Model providers. The supervisor, never the child, talks to the model: API keys stay here and the
+// token budget is enforced from outside the sandbox.
+//
+// Threading: providers run on the supervisor's io_context thread; `done` is invoked on that thread,
+// exactly once per start(), unless cancel() was called first (then never).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "protocol/messages.hpp"
+
+namespace supervisor {
+
+struct ModelCall {
+  std::string child_id;
+  nlohmann::json messages = nlohmann::json::array();  // neutral chat messages (protocol/README.md)
+  nlohmann::json tools = nlohmann::json::array();     // tool specs the model may call
+  std::uint64_t max_tokens = 0;                       // output cap for this call (0: provider default)
+  std::uint64_t max_thinking_tokens = 0;
+};
+
+struct ModelReply {
+  bool ok = false;
+  std::string error_code;  // provider_error | bad_response | budget_exhausted | ...
+  std::string error_message;
+  std::string content;
+  std::vector<protocol::ToolCall> tool_calls;
+  protocol::Usage usage;
+  bool usage_estimated = false;  // the provider reported no usage; the numbers are estimates
+  std::string finish_reason;
+};
+
+class ModelProvider {
+ public:
+  virtual ~ModelProvider() = default;
+  virtual std::string describe() const = 0;  // e.g. "replay:examples/demo.jsonl" (never a key)
+  virtual void start(ModelCall call, std::function<void(ModelReply)> done) = 0;
+  virtual void cancel() = 0;  // drops the call in flight, if any
+};
+
+class ModelSpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Checks a --model spec without creating anything (so `run` can refuse it before starting a child).
+void validate_model_spec(const std::string& spec);
+
+// One provider per child (a replay script keeps its own position). Throws ModelSpecError.
+std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io);
+
+// Rough token estimate (4 bytes per token) for providers that report no usage.
+std::uint64_t estimate_tokens(std::size_t bytes) noexcept;
+
+}  // namespace supervisor

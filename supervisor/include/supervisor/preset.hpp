@@ -1,0 +1,81 @@
+// A preset: one policy file from policies/ (JSON with comments), parsed and validated.
+// The file is the single source of what a child of that preset may do; nothing in code widens it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/policy.hpp"
+
+namespace supervisor {
+
+enum class Decision { allow, ask, deny };
+const char* to_string(Decision d) noexcept;
+
+struct Budgets {
+  std::uint64_t max_steps = 100;
+  std::uint64_t max_tool_calls = 200;
+  std::uint64_t max_tokens = 1'000'000;
+  std::uint64_t max_thinking_tokens = 200'000;
+  std::uint64_t timeout_ms = 30 * 60 * 1000;
+  std::uint64_t summary_bytes = 2000;
+  std::uint64_t answer_bytes = 48000;
+  std::uint64_t tool_result_bytes = 16000;
+  std::uint64_t wrap_up_grace_ms = 10'000;
+};
+
+// An argument rule: when `tool` is called with arguments matching `when`, the decision is `decision`.
+// Supported matchers (see policies/README.md): {"command_prefix": [..]}, {"path_under": [..]}.
+struct ToolRule {
+  std::string tool;
+  nlohmann::json when = nlohmann::json::object();
+  Decision decision = Decision::deny;
+};
+
+struct Preset {
+  std::string name;
+  std::string description;
+  std::filesystem::path source;  // the policy file it came from
+  std::string digest;            // hex digest of the file's bytes
+  bool unattended = true;        // may run with nobody to answer approvals
+  std::vector<std::string> allow, ask, deny;  // tool decisions
+  std::vector<std::string> blocked;           // parent-only capabilities, never granted
+  std::vector<ToolRule> rules;
+  Budgets budgets;
+  sandbox::Policy sandbox;
+  nlohmann::json raw;  // the parsed file, for `policy explain`
+};
+
+class PresetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where presets are looked up: $SUBAGENT_POLICY_DIR, else <exe>/../share/subagent-supervisor/policies,
+// else the source tree's policies/ (for a build that was not installed).
+std::filesystem::path default_policy_dir();
+
+// `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
+// the file and field on any problem.
+Preset load_preset(const std::string& name_or_path, const std::filesystem::path& policy_dir);
+Preset parse_preset(const nlohmann::json& doc, const std::filesystem::path& source, const std::string& digest);
+
+// Names of the presets in `policy_dir` (files *.json other than schema.json), sorted.
+std::vector<std::string> list_presets(const std::filesystem::path& policy_dir);
+
+// Every tool the preset lists (allow + ask), i.e. every tool the child is told about.
+std::vector<std::string> offered_tools(const Preset& p);
+
+// The decision for one call. `why` receives the rule or list that decided, for error messages.
+Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why);
+
+// Reads a JSON-with-comments file; throws PresetError naming the file and the parse error position.
+nlohmann::json read_jsonc_file(const std::filesystem::path& file, std::string* raw_bytes = nullptr);
+
+}  // namespace supervisor

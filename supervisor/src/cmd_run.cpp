@@ -1,0 +1,201 @@
+// `subagent-supervisor run`: one child, one envelope on stdout.
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "sandbox/launch.hpp"
+#include "supervisor/budgets.hpp"
+#include "supervisor/cli.hpp"
+#include "supervisor/session.hpp"
+
+namespace supervisor::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRunHelp = R"(usage: subagent-supervisor run --preset NAME --workspace DIR --brief TEXT [options]
+
+Runs one child agent under its preset's sandbox and prints one result envelope (JSON) on stdout.
+
+Required:
+  --preset NAME            preset from the policy directory (explore, ...), or a path to a policy file
+  --workspace DIR          the directory the child works in (must exist)
+  --brief TEXT             the child's task; --brief-file FILE reads it from a file ("-" for stdin)
+  --model SPEC             the model: replay:FILE (a JSONL script of assistant turns)
+
+Options:
+  --description TEXT       a short label for the parent's records (shown in approvals and envelopes)
+  --max-steps N            model turns (default: the preset's, 100)
+  --max-tool-calls N       tool calls (default: the preset's, 200)
+  --max-tokens N           input + output tokens (default: the preset's, 1,000,000)
+  --max-thinking-tokens N  reasoning tokens (default: the preset's)
+  --timeout DURATION       wall clock, e.g. 90s, 5m, 1h (default: the preset's, 30m)
+  --wrap-up-grace DURATION time the child gets to report after wrap_up (default: the preset's, 10s)
+  --summary-bytes N        cap on the envelope's summary (default: the preset's, 2000)
+  --answer-bytes N         cap on the envelope's answer (default: the preset's, 48000)
+  --policy-dir DIR         where presets are read from (default: $SUBAGENT_POLICY_DIR or the installed policies/)
+  --child PATH             the child program (default: subagent-child next to this executable); any
+                           program that speaks protocol v1 (protocol/README.md) works
+  --max-line BYTES         longest protocol line accepted from the child (default 1048576)
+  --handshake-timeout DUR  how long the child may take to say hello (default 10s)
+  --quiet                  no progress on stderr
+  -h, --help               this text
+
+Limits may only tighten the preset's: asking for more is refused before anything starts.
+Progress (steps, tool calls, tokens, elapsed) goes to stderr when stderr is a terminal; the child's
+stderr lines go to stderr prefixed [subagent:<id>].
+
+Exit status: 0 completed, 2 budget_exhausted, 3 timeout, 4 cancelled, 5 failed, 6 protocol_error,
+64 bad command line, 1 could not start (bad preset, workspace or model).
+)";
+
+std::string read_all(const std::string& path) {
+  if (path == "-") {
+    std::stringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("--brief-file: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::uint64_t ms_of(const std::string& flag, const std::string& text) {
+  try {
+    return static_cast<std::uint64_t>(parse_duration(text).count());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
+
+std::string human(std::uint64_t n) {
+  char buf[32];
+  if (n >= 1'000'000) std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
+  else if (n >= 10'000) std::snprintf(buf, sizeof buf, "%.1fk", static_cast<double>(n) / 1e3);
+  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+}  // namespace
+
+int cmd_run(Args args) {
+  std::string preset_name, workspace, brief, description, model, policy_dir, child;
+  bool have_brief = false, quiet = false;
+  BudgetOverrides o;
+  std::size_t max_line = protocol::kDefaultMaxLine;
+  std::uint64_t handshake_ms = 10'000;
+  try {
+    while (auto a = args.next()) {
+      const std::string& f = *a;
+      if (f == "-h" || f == "--help") {
+        std::fputs(kRunHelp, stdout);
+        return 0;
+      } else if (f == "--preset") preset_name = args.value(f);
+      else if (f == "--workspace") workspace = args.value(f);
+      else if (f == "--brief") brief = args.value(f), have_brief = true;
+      else if (f == "--brief-file") brief = read_all(args.value(f)), have_brief = true;
+      else if (f == "--description") description = args.value(f);
+      else if (f == "--model") model = args.value(f);
+      else if (f == "--max-steps") o.max_steps = args.number(f);
+      else if (f == "--max-tool-calls") o.max_tool_calls = args.number(f);
+      else if (f == "--max-tokens") o.max_tokens = args.number(f);
+      else if (f == "--max-thinking-tokens") o.max_thinking_tokens = args.number(f);
+      else if (f == "--timeout") o.timeout_ms = ms_of(f, args.value(f));
+      else if (f == "--wrap-up-grace") o.wrap_up_grace_ms = ms_of(f, args.value(f));
+      else if (f == "--summary-bytes") o.summary_bytes = args.number(f);
+      else if (f == "--answer-bytes") o.answer_bytes = args.number(f);
+      else if (f == "--policy-dir") policy_dir = args.value(f);
+      else if (f == "--child") child = args.value(f);
+      else if (f == "--max-line") max_line = args.number(f);
+      else if (f == "--handshake-timeout") handshake_ms = ms_of(f, args.value(f));
+      else if (f == "--quiet") quiet = true;
+      else throw UsageError("unknown option '" + f + "' (see run --help)");
+    }
+    if (preset_name.empty()) throw UsageError("--preset is required (see run --help)");
+    if (workspace.empty()) throw UsageError("--workspace is required");
+    if (!have_brief || brief.empty()) throw UsageError("--brief (or --brief-file) is required and may not be empty");
+    if (model.empty()) throw UsageError("--model is required, e.g. --model replay:examples/explore-demo.jsonl");
+    if (max_line < 1024) throw UsageError("--max-line must be at least 1024");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kUsageError;
+  }
+
+  SessionConfig cfg;
+  try {
+    auto preset = std::make_shared<Preset>(load_preset(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir)));
+    cfg.budgets = tighten(preset->budgets, o, "the preset " + preset->name);
+    cfg.preset = std::move(preset);
+    std::error_code ec;
+    fs::path ws = fs::canonical(workspace, ec);
+    if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
+    cfg.workspace = ws;
+    validate_model_spec(model);
+    cfg.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
+    if (::access(cfg.child_executable.c_str(), X_OK) != 0)
+      throw std::runtime_error("child program '" + cfg.child_executable.string() + "' is not an executable file");
+  } catch (const WideningError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return 1;
+  }
+
+  boost::asio::io_context io;
+  cfg.id = new_child_id();
+  cfg.brief = brief;
+  cfg.description = description;
+  cfg.max_line = max_line;
+  cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+  const bool tty = !quiet && ::isatty(STDERR_FILENO);
+  bool progress_shown = false;
+  cfg.on_log = [&](const std::string& line) {
+    if (progress_shown) std::fputs("\r\033[K", stderr);
+    progress_shown = false;
+    std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  if (tty) {
+    cfg.on_progress = [&](const Progress& p) {
+      std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",
+                   p.id.c_str(), p.state.c_str(), (unsigned long long)p.steps, (unsigned long long)p.max_steps,
+                   (unsigned long long)p.tool_calls, (unsigned long long)p.max_tool_calls, human(p.tokens).c_str(),
+                   human(p.max_tokens).c_str(), static_cast<double>(p.elapsed_ms) / 1000.0);
+      progress_shown = true;
+    };
+  }
+
+  std::shared_ptr<ChildSession> session;
+  try {
+    session = ChildSession::create(io, cfg, make_provider(model, io));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return 1;
+  }
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int sig) {
+    if (!ec) session->cancel(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+  });
+  int status = 1;
+  session->start([&](const protocol::Envelope& e) {
+    if (progress_shown) std::fputs("\n", stderr);
+    std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    status = protocol::exit_code_for(e.status);
+    signals.cancel();
+  });
+  io.run();
+  return status;
+}
+
+}  // namespace supervisor::cli

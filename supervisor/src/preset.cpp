@@ -1,0 +1,327 @@
+#include "supervisor/preset.hpp"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace supervisor {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* to_string(Decision d) noexcept {
+  switch (d) {
+    case Decision::allow: return "allow";
+    case Decision::ask: return "ask";
+    case Decision::deny: return "deny";
+  }
+  return "deny";
+}
+
+namespace {
+
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(hex[md[i] >> 4]);
+    out.push_back(hex[md[i] & 15]);
+  }
+  return out;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw PresetError("policy " + file_ + ": " + field + " " + what);
+  }
+  void only_keys(const json& obj, const std::string& where, std::initializer_list<const char*> keys) const {
+    for (const auto& [k, v] : obj.items()) {
+      if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; }))
+        fail(where.empty() ? k : where + "." + k, "is not a known field");
+    }
+  }
+  const json& object(const json& obj, const char* key, const std::string& where) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_object()) fail(where + key, "must be an object");
+    return *it;
+  }
+  std::vector<std::string> strings(const json& obj, const char* key, const std::string& where,
+                                   bool required = true) const {
+    std::vector<std::string> out;
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) fail(where + key, "is missing");
+      return out;
+    }
+    if (!it->is_array()) fail(where + key, "must be an array of strings");
+    for (const auto& v : *it) {
+      if (!v.is_string()) fail(where + key, "must be an array of strings");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  }
+  std::uint64_t number(const json& obj, const char* key, const std::string& where, std::uint64_t fallback,
+                       bool required) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) fail(where + key, "is missing");
+      return fallback;
+    }
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<std::int64_t>() >= 0))
+      fail(where + key, "must be a non-negative integer");
+    return it->get<std::uint64_t>();
+  }
+  std::string string(const json& obj, const char* key, const std::string& where) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_string()) fail(where + key, "must be a string");
+    return it->get<std::string>();
+  }
+
+ private:
+  std::string file_;
+};
+
+Decision decision_from(const Reader& r, const json& v, const std::string& where) {
+  if (v == "allow") return Decision::allow;
+  if (v == "ask") return Decision::ask;
+  if (v == "deny") return Decision::deny;
+  r.fail(where, "must be \"allow\", \"ask\" or \"deny\"");
+}
+
+bool starts_with_word(const std::string& command, const std::string& prefix) {
+  if (command.compare(0, prefix.size(), prefix) != 0) return false;
+  return command.size() == prefix.size() || command[prefix.size()] == ' ';
+}
+
+// Lexically normalised, workspace-relative path ("a/b/../c" -> "a/c"); empty when it escapes.
+std::string normal_relative(const std::string& p) {
+  fs::path n = fs::path(p).lexically_normal();
+  if (n.is_absolute()) return n.string();
+  std::string s = n.string();
+  if (s == ".." || s.rfind("../", 0) == 0) return {};
+  return s;
+}
+
+bool rule_matches(const ToolRule& rule, const json& args) {
+  for (const auto& [kind, values] : rule.when.items()) {
+    if (kind == "command_prefix") {
+      auto it = args.find("command");
+      if (it == args.end() || !it->is_string()) return false;
+      std::string cmd = it->get<std::string>();
+      cmd.erase(0, cmd.find_first_not_of(" \t"));
+      // A command that chains or substitutes more commands never matches a prefix rule.
+      if (cmd.find_first_of(";&|`$<>\n(){}") != std::string::npos) return false;
+      bool any = false;
+      for (const auto& v : values) any = any || starts_with_word(cmd, v.get<std::string>());
+      if (!any) return false;
+    } else if (kind == "path_under") {
+      auto it = args.find("path");
+      if (it == args.end() || !it->is_string()) return false;
+      std::string path = normal_relative(it->get<std::string>());
+      if (path.empty()) return rule.decision == Decision::deny;  // escapes the workspace: only a deny matches
+      bool any = false;
+      for (const auto& v : values) {
+        std::string root = fs::path(v.get<std::string>()).lexically_normal().string();
+        any = any || path == root || path.rfind(root + "/", 0) == 0;
+      }
+      if (!any) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw PresetError("policy " + file.string() + ": cannot be read (does the file exist?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  json doc;
+  try {
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what());
+  }
+  if (raw_bytes) *raw_bytes = std::move(text);
+  return doc;
+}
+
+Preset parse_preset(const json& doc, const fs::path& source, const std::string& digest) {
+  const std::string file = source.filename().string();
+  Reader r(file);
+  if (!doc.is_object()) r.fail("(top level)", "must be a JSON object");
+  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "tools", "blocked", "budgets", "sandbox"});
+  if (r.number(doc, "schema", "", 1, true) != 1) r.fail("schema", "must be 1 (the only version this build reads)");
+
+  Preset p;
+  p.source = source;
+  p.digest = digest;
+  p.raw = doc;
+  p.name = r.string(doc, "preset", "");
+  p.description = r.string(doc, "description", "");
+  if (doc.contains("unattended")) {
+    if (!doc["unattended"].is_boolean()) r.fail("unattended", "must be true or false");
+    p.unattended = doc["unattended"].get<bool>();
+  }
+
+  const json& tools = r.object(doc, "tools", "");
+  r.only_keys(tools, "tools", {"allow", "ask", "deny", "rules"});
+  p.allow = r.strings(tools, "allow", "tools.");
+  p.ask = r.strings(tools, "ask", "tools.", false);
+  p.deny = r.strings(tools, "deny", "tools.", false);
+  p.blocked = r.strings(doc, "blocked", "");
+  std::set<std::string> seen;
+  for (const auto* list : {&p.allow, &p.ask, &p.deny}) {
+    for (const auto& t : *list) {
+      if (!seen.insert(t).second) r.fail("tools", "lists '" + t + "' more than once");
+      if (std::find(p.blocked.begin(), p.blocked.end(), t) != p.blocked.end() && list != &p.deny)
+        r.fail("tools", "grants '" + t + "', which is a parent-only capability listed in \"blocked\"");
+    }
+  }
+  if (auto it = tools.find("rules"); it != tools.end()) {
+    if (!it->is_array()) r.fail("tools.rules", "must be an array");
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const json& rule = (*it)[i];
+      const std::string where = "tools.rules[" + std::to_string(i) + "]";
+      if (!rule.is_object()) r.fail(where, "must be an object");
+      r.only_keys(rule, where, {"tool", "when", "decision", "comment"});
+      ToolRule tr;
+      tr.tool = r.string(rule, "tool", where + ".");
+      tr.when = r.object(rule, "when", where + ".");
+      for (const auto& [k, v] : tr.when.items()) {
+        if (k != "command_prefix" && k != "path_under") r.fail(where + ".when." + k, "is not a known matcher (command_prefix, path_under)");
+        if (!v.is_array() || std::any_of(v.begin(), v.end(), [](const json& x) { return !x.is_string(); }))
+          r.fail(where + ".when." + k, "must be an array of strings");
+      }
+      if (!rule.contains("decision")) r.fail(where + ".decision", "is missing");
+      tr.decision = decision_from(r, rule["decision"], where + ".decision");
+      if (!seen.count(tr.tool)) r.fail(where + ".tool", "names '" + tr.tool + "', which tools.allow/ask/deny does not list");
+      if (std::find(p.deny.begin(), p.deny.end(), tr.tool) != p.deny.end() && tr.decision != Decision::deny)
+        r.fail(where, "would widen '" + tr.tool + "', which tools.deny denies");
+      p.rules.push_back(std::move(tr));
+    }
+  }
+
+  const json& b = r.object(doc, "budgets", "");
+  r.only_keys(b, "budgets", {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout_seconds",
+                             "summary_bytes", "answer_bytes", "tool_result_bytes", "wrap_up_grace_seconds"});
+  Budgets d;
+  p.budgets.max_steps = r.number(b, "max_steps", "budgets.", d.max_steps, true);
+  p.budgets.max_tool_calls = r.number(b, "max_tool_calls", "budgets.", d.max_tool_calls, true);
+  p.budgets.max_tokens = r.number(b, "max_tokens", "budgets.", d.max_tokens, true);
+  p.budgets.max_thinking_tokens = r.number(b, "max_thinking_tokens", "budgets.", d.max_thinking_tokens, false);
+  p.budgets.timeout_ms = r.number(b, "timeout_seconds", "budgets.", d.timeout_ms / 1000, true) * 1000;
+  p.budgets.summary_bytes = r.number(b, "summary_bytes", "budgets.", d.summary_bytes, false);
+  p.budgets.answer_bytes = r.number(b, "answer_bytes", "budgets.", d.answer_bytes, false);
+  p.budgets.tool_result_bytes = r.number(b, "tool_result_bytes", "budgets.", d.tool_result_bytes, false);
+  p.budgets.wrap_up_grace_ms = r.number(b, "wrap_up_grace_seconds", "budgets.", d.wrap_up_grace_ms / 1000, false) * 1000;
+
+  try {
+    p.sandbox = sandbox::parse_policy(r.object(doc, "sandbox", ""), file);
+  } catch (const sandbox::PolicyError& e) {
+    throw PresetError(e.what());
+  }
+  return p;
+}
+
+fs::path default_policy_dir() {
+  if (const char* env = ::getenv("SUBAGENT_POLICY_DIR"); env && *env) return env;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path installed = exe.parent_path().parent_path() / "share" / "subagent-supervisor" / "policies";
+    if (fs::is_directory(installed, ec)) return installed;
+  }
+  return SUBAGENT_SOURCE_POLICY_DIR;
+}
+
+std::vector<std::string> list_presets(const fs::path& policy_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(policy_dir, ec)) {
+    if (e.path().extension() == ".json" && e.path().stem() != "schema") out.push_back(e.path().stem().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) {
+  fs::path file;
+  if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json")) {
+    file = name_or_path;
+  } else {
+    if (name_or_path.empty() ||
+        name_or_path.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+      throw PresetError("preset '" + name_or_path + "' is not a valid preset name");
+    file = policy_dir / (name_or_path + ".json");
+    std::error_code ec;
+    if (!fs::exists(file, ec)) {
+      std::string known;
+      for (const auto& n : list_presets(policy_dir)) known += (known.empty() ? "" : ", ") + n;
+      throw PresetError("unknown preset '" + name_or_path + "' (known in " + policy_dir.string() + ": " + known + ")");
+    }
+  }
+  std::string raw;
+  json doc = read_jsonc_file(file, &raw);
+  Preset p = parse_preset(doc, file, sha256_hex(raw));
+  if (file.stem() != p.name && name_or_path.find('/') == std::string::npos)
+    throw PresetError("policy " + file.filename().string() + ": preset is '" + p.name + "', but the file name says '" +
+                      file.stem().string() + "'");
+  return p;
+}
+
+std::vector<std::string> offered_tools(const Preset& p) {
+  std::vector<std::string> out = p.allow;
+  out.insert(out.end(), p.ask.begin(), p.ask.end());
+  for (const auto& r : p.rules) {
+    if (r.decision != Decision::deny && std::find(out.begin(), out.end(), r.tool) == out.end()) out.push_back(r.tool);
+  }
+  return out;
+}
+
+Decision decide(const Preset& p, const std::string& tool, const json& args, std::string& why) {
+  auto in = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), tool) != v.end(); };
+  if (in(p.blocked)) {
+    why = "'" + tool + "' is a parent-only capability (policy " + p.name + ": blocked)";
+    return Decision::deny;
+  }
+  if (in(p.deny)) {
+    why = "policy " + p.name + ": tools.deny lists '" + tool + "'";
+    return Decision::deny;
+  }
+  // Rules run in file order; a deny rule always wins over an allow/ask rule that also matches.
+  std::optional<Decision> ruled;
+  for (std::size_t i = 0; i < p.rules.size(); ++i) {
+    const ToolRule& r = p.rules[i];
+    if (r.tool != tool || !rule_matches(r, args)) continue;
+    if (!ruled || r.decision == Decision::deny || (r.decision == Decision::ask && *ruled == Decision::allow)) {
+      ruled = r.decision;
+      why = "policy " + p.name + ": tools.rules[" + std::to_string(i) + "] (" + r.when.dump() + ") says " +
+            to_string(r.decision);
+    }
+  }
+  if (ruled) return *ruled;
+  if (in(p.allow)) {
+    why = "policy " + p.name + ": tools.allow lists '" + tool + "'";
+    return Decision::allow;
+  }
+  if (in(p.ask)) {
+    why = "policy " + p.name + ": tools.ask lists '" + tool + "'";
+    return Decision::ask;
+  }
+  why = "policy " + p.name + " does not list tool '" + tool + "'";
+  return Decision::deny;
+}
+
+}  // namespace supervisor

@@ -1,0 +1,704 @@
+#include "supervisor/session.hpp"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <csignal>
+#include <cstring>
+
+#include "child/tools.hpp"
+#include "sandbox/launch.hpp"
+
+namespace supervisor {
+
+namespace asio = boost::asio;
+namespace proto = protocol;
+using nlohmann::json;
+
+namespace {
+
+struct Pipe {
+  int read = -1, write = -1;
+  Pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+    read = fds[0];
+    write = fds[1];
+  }
+  ~Pipe() {
+    if (read >= 0) ::close(read);
+    if (write >= 0) ::close(write);
+  }
+  int release_read() { return std::exchange(read, -1); }
+  int release_write() { return std::exchange(write, -1); }
+};
+
+void ignore_sigpipe_once() {
+  static const bool done = [] {
+    ::signal(SIGPIPE, SIG_IGN);  // a dead child's pipe must give EPIPE, not kill the supervisor
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
+std::string new_child_id() {
+  unsigned char bytes[6];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id.push_back(hex[b >> 4]);
+    id.push_back(hex[b & 15]);
+  }
+  return id;
+}
+
+std::shared_ptr<ChildSession> ChildSession::create(asio::io_context& io, SessionConfig cfg,
+                                                   std::unique_ptr<ModelProvider> provider) {
+  return std::shared_ptr<ChildSession>(new ChildSession(io, std::move(cfg), std::move(provider)));
+}
+
+ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_ptr<ModelProvider> provider)
+    : io_(io),
+      cfg_(std::move(cfg)),
+      provider_(std::move(provider)),
+      to_child_(io),
+      from_child_(io),
+      child_err_(io),
+      reader_(cfg_.max_line),
+      deadline_(io),
+      grace_(io),
+      handshake_(io),
+      exit_timer_(io),
+      drain_timer_(io) {}
+
+ChildSession::~ChildSession() {
+  // Invariant 6: no child outlives its session. The process handle's destructor would SIGKILL the
+  // leader only; take the whole tree.
+  if (proc_ && !exited_ && pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+  }
+}
+
+std::uint64_t ChildSession::elapsed_ms() const {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count());
+}
+
+Progress ChildSession::progress() const {
+  static constexpr const char* names[] = {"starting", "starting", "running", "wrapping_up", "finishing", "done"};
+  Progress p;
+  p.id = cfg_.id;
+  p.state = names[static_cast<int>(state_)];
+  p.steps = steps_;
+  p.max_steps = cfg_.budgets.max_steps;
+  p.tool_calls = tool_calls_;
+  p.max_tool_calls = cfg_.budgets.max_tool_calls;
+  p.tokens = usage_.total();
+  p.max_tokens = cfg_.budgets.max_tokens;
+  p.elapsed_ms = state_ == State::starting ? 0 : elapsed_ms();
+  return p;
+}
+
+void ChildSession::emit(json event) {
+  if (!cfg_.on_event) return;
+  event["child"] = cfg_.id;
+  event["elapsed_ms"] = elapsed_ms();
+  cfg_.on_event(event);
+}
+
+json ChildSession::tool_specs_for_child() const {
+  // The reference schemas of the standard tools, for exactly the tools the policy offers.
+  return child::tool_specs(offered_tools(*cfg_.preset));
+}
+
+void ChildSession::report_progress() {
+  if (cfg_.on_progress) cfg_.on_progress(progress());
+}
+
+void ChildSession::start(DoneHandler on_done) {
+  ignore_sigpipe_once();
+  on_done_ = std::move(on_done);
+  started_ = std::chrono::steady_clock::now();
+  emit({{"event", "spawn"},
+        {"preset", cfg_.preset->name},
+        {"policy_digest", cfg_.preset->digest},
+        {"description", cfg_.description},
+        {"workspace", cfg_.workspace.string()},
+        {"model", provider_->describe()}});
+  try {
+    Pipe in, out, err;
+    sandbox::LaunchRequest req;
+    req.executable = cfg_.child_executable.string();
+    req.argv.push_back(cfg_.child_executable.string());
+    req.argv.insert(req.argv.end(), cfg_.child_args.begin(), cfg_.child_args.end());
+    req.workspace = cfg_.workspace;
+    req.child_dir = cfg_.child_executable;  // ${child}: the one program this child may exec
+    req.extra_env.push_back("SUBAGENT_CHILD_ID=" + cfg_.id);
+    req.stdin_fd = in.read;
+    req.stdout_fd = out.write;
+    req.stderr_fd = err.write;
+    sandbox::PlanPtr plan = sandbox::prepare(cfg_.preset->sandbox, req);
+    for (const auto& l : sandbox::layers(*plan))
+      (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
+    sandbox::Child child = sandbox::launch(*plan);
+    pid_ = child.pid;
+    proc_.emplace(io_.get_executor(), child.pid, child.pidfd);
+    to_child_.assign(in.release_write());
+    from_child_.assign(out.release_read());
+    child_err_.assign(err.release_read());
+  } catch (const std::exception& e) {
+    // Launch failed before the child ran anything: report, never run it unsandboxed.
+    fail(proto::Status::failed, std::string("could not start the child: ") + e.what());
+    exited_ = true;
+    stdout_eof_ = true;
+    asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+    return;
+  }
+  emit({{"event", "started"}, {"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}});
+  state_ = State::handshake;
+
+  proc_->async_wait([self = shared_from_this()](boost::system::error_code ec, int) { self->on_exit(ec); });
+  do_read();
+  do_read_stderr();
+
+  handshake_.expires_after(cfg_.handshake_timeout);
+  handshake_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && self->state_ == State::handshake)
+      self->fail(proto::Status::protocol_error,
+                 "the child sent no hello within " + std::to_string(self->cfg_.handshake_timeout.count()) + " ms");
+  });
+  deadline_.expires_after(std::chrono::milliseconds(cfg_.budgets.timeout_ms));
+  deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec) return;
+    self->begin_wrap_up(proto::Status::timeout, "time",
+                        "wall-clock budget of " + std::to_string(self->cfg_.budgets.timeout_ms) + " ms reached");
+  });
+}
+
+void ChildSession::cancel(const std::string& reason) {
+  if (state_ == State::done || state_ == State::finishing) return;
+  if (!status_ || *status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
+    status_ = proto::Status::cancelled;
+    budget_.clear();
+    reason_ = "cancelled: " + reason;
+  }
+  emit({{"event", "cancel"}, {"reason", reason}});
+  provider_->cancel();
+  if (state_ == State::starting) return;  // launch failure already reported
+  send(proto::Cancel{reason});
+  kill_tree("cancelled");
+}
+
+// ---- reading the child ---------------------------------------------------------------------------
+
+void ChildSession::do_read() {
+  from_child_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                                    std::size_t n) {
+    self->on_read(ec, n);
+  });
+}
+
+void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
+  std::vector<proto::Frame> frames;
+  if (ec) {
+    reader_.finish(frames);
+  } else {
+    reader_.feed(std::string_view(read_buf_.data(), n), frames);
+  }
+  for (auto& f : frames) {
+    if (state_ == State::finishing || state_ == State::done) break;
+    handle_frame(f);
+  }
+  if (ec) {
+    stdout_eof_ = true;
+    boost::system::error_code ignored;
+    from_child_.close(ignored);
+    maybe_finish();
+    return;
+  }
+  do_read();
+}
+
+void ChildSession::handle_frame(proto::Frame& f) {
+  if (f.error != proto::FrameError::none) {
+    std::string what = std::string("protocol error: ") + proto::to_string(f.error);
+    if (f.error == proto::FrameError::line_too_long)
+      what += " (a line of at least " + std::to_string(f.size) + " bytes; the limit is " +
+              std::to_string(reader_.max_line()) + ")";
+    else if (f.error == proto::FrameError::truncated)
+      what += " (the child's output ended inside a line of " + std::to_string(f.size) + " bytes)";
+    else
+      what += " (a line of " + std::to_string(f.size) + " bytes is not valid UTF-8)";
+    fail(proto::Status::protocol_error, what);
+    return;
+  }
+  if (f.line.empty()) return;  // blank lines are allowed and ignored
+  auto decoded = proto::decode_child_message(f.line);
+  if (!decoded) {
+    fail(proto::Status::protocol_error, "protocol error: " + decoded.error);
+    return;
+  }
+  const auto& m = *decoded.message;
+  if (state_ == State::handshake && !std::holds_alternative<proto::Hello>(m) && !std::holds_alternative<proto::Log>(m)) {
+    fail(proto::Status::protocol_error,
+         std::string("protocol error: expected hello first, got ") + proto::type_name(m));
+    return;
+  }
+  std::visit([this](const auto& msg) { handle(msg); }, m);
+}
+
+void ChildSession::handle(const proto::Hello& m) {
+  if (state_ != State::handshake) {
+    fail(proto::Status::protocol_error, "protocol error: a second hello");
+    return;
+  }
+  handshake_.cancel();
+  auto version = proto::negotiate_version(m.versions);
+  if (!version) {
+    std::string offered;
+    for (int v : m.versions) offered += (offered.empty() ? "" : ", ") + std::to_string(v);
+    send(proto::Error{"unsupported_version", "this supervisor speaks protocol " + std::to_string(proto::kMinVersion) +
+                                                 ".." + std::to_string(proto::kVersion) + "; the child offered [" +
+                                                 offered + "]"});
+    fail(proto::Status::protocol_error, "protocol error: no common protocol version (child offered [" + offered + "])");
+    return;
+  }
+  emit({{"event", "hello"}, {"agent", m.agent}, {"version", *version}});
+  proto::Welcome w;
+  w.version = *version;
+  w.child_id = cfg_.id;
+  w.task.brief = cfg_.brief;
+  w.task.description = cfg_.description;
+  w.task.preset = cfg_.preset->name;
+  w.task.workspace = cfg_.workspace.string();
+  w.task.tools = tool_specs_for_child();
+  const Budgets& b = cfg_.budgets;
+  w.task.limits = {b.max_steps,     b.max_tool_calls, b.max_tokens,       b.timeout_ms,
+                   b.summary_bytes, b.answer_bytes,   b.tool_result_bytes};
+  state_ = State::running;
+  send(w);
+  report_progress();
+}
+
+void ChildSession::handle(const proto::ModelRequest& m) {
+  if (state_ == State::finishing || state_ == State::done) return;
+  if (model_in_flight_) {
+    fail(proto::Status::protocol_error,
+         "protocol error: model_request '" + m.id + "' while '" + *model_in_flight_ + "' is still in flight");
+    return;
+  }
+  if (final_) {
+    fail(proto::Status::protocol_error, "protocol error: model_request after final");
+    return;
+  }
+  if (state_ == State::running) {
+    if (steps_ >= cfg_.budgets.max_steps)
+      begin_wrap_up(proto::Status::budget_exhausted, "steps",
+                    "step budget exhausted (" + std::to_string(steps_) + " of " + std::to_string(cfg_.budgets.max_steps) + ")");
+    else if (usage_.total() >= cfg_.budgets.max_tokens)
+      begin_wrap_up(proto::Status::budget_exhausted, "tokens",
+                    "token budget exhausted (" + std::to_string(usage_.total()) + " of " +
+                        std::to_string(cfg_.budgets.max_tokens) + ")");
+    else if (usage_.reasoning_tokens >= cfg_.budgets.max_thinking_tokens && cfg_.budgets.max_thinking_tokens > 0)
+      begin_wrap_up(proto::Status::budget_exhausted, "thinking_tokens", "thinking-token budget exhausted");
+  }
+  const bool wrap_turn = state_ == State::wrapping_up;
+  const std::uint64_t remaining =
+      cfg_.budgets.max_tokens > usage_.total() ? cfg_.budgets.max_tokens - usage_.total() : 0;
+  if (wrap_turn && (wrap_turn_used_ || budget_ == "tokens" || remaining == 0)) {
+    // No model turn left to give: the child reports with what it has.
+    send(proto::ModelError{m.id, "budget_exhausted",
+                           wrap_turn_used_ ? "the wrap-up turn was already used; send your final answer"
+                                           : reason_ + "; send your final answer with what you have"});
+    return;
+  }
+  ModelCall call;
+  call.child_id = cfg_.id;
+  call.messages = m.messages;
+  call.max_thinking_tokens = cfg_.budgets.max_thinking_tokens;
+  if (wrap_turn) {
+    wrap_turn_used_ = true;
+    call.tools = json::array();
+    call.max_tokens = std::min(remaining, kWrapUpTurnTokens);
+  } else {
+    // Only tools the policy offers reach the model, whatever the child put in the request.
+    const auto offered = offered_tools(*cfg_.preset);
+    call.tools = json::array();
+    for (const auto& spec : m.tools) {
+      std::string name = spec.is_object() ? spec.value("name", "") : "";
+      if (std::find(offered.begin(), offered.end(), name) != offered.end()) call.tools.push_back(spec);
+    }
+    call.max_tokens = remaining;
+  }
+  if (m.max_tokens) call.max_tokens = std::min(call.max_tokens, *m.max_tokens);
+  ++steps_;
+  model_in_flight_ = m.id;
+  emit({{"event", "model_request"},
+        {"id", m.id},
+        {"step", steps_},
+        {"messages", m.messages.size()},
+        {"tools", call.tools.size()},
+        {"max_tokens", call.max_tokens},
+        {"wrap_up_turn", wrap_turn}});
+  provider_->start(std::move(call), [self = shared_from_this(), id = m.id](ModelReply r) {
+    self->on_model_reply(id, std::move(r));
+  });
+}
+
+void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
+  model_in_flight_.reset();
+  if (state_ == State::finishing || state_ == State::done) return;
+  usage_ += r.usage;
+  emit({{"event", "model_response"},
+        {"id", request_id},
+        {"ok", r.ok},
+        {"error", r.error_code.empty() ? json(nullptr) : json(r.error_code + ": " + r.error_message)},
+        {"usage", proto::to_json(r.usage)},
+        {"usage_estimated", r.usage_estimated},
+        {"content_bytes", r.content.size()},
+        {"tool_calls", r.tool_calls.size()},
+        {"finish_reason", r.finish_reason}});
+  if (!r.ok) {
+    send(proto::ModelError{request_id, r.error_code.empty() ? "provider_error" : r.error_code, r.error_message});
+  } else {
+    proto::ModelResponse resp;
+    resp.id = request_id;
+    resp.content = std::move(r.content);
+    resp.tool_calls = std::move(r.tool_calls);
+    resp.usage = r.usage;
+    resp.finish_reason = std::move(r.finish_reason);
+    send(resp);
+  }
+  report_progress();
+}
+
+void ChildSession::handle(const proto::ToolRequest& m) {
+  if (state_ == State::finishing || state_ == State::done) return;
+  if (pending_tools_.count(m.id)) {
+    fail(proto::Status::protocol_error, "protocol error: tool_request id '" + m.id + "' reused");
+    return;
+  }
+  if (state_ == State::running && tool_calls_ >= cfg_.budgets.max_tool_calls)
+    begin_wrap_up(proto::Status::budget_exhausted, "tool_calls",
+                  "tool-call budget exhausted (" + std::to_string(tool_calls_) + " of " +
+                      std::to_string(cfg_.budgets.max_tool_calls) + ")");
+  if (state_ == State::wrapping_up) {
+    ++tools_denied_;
+    emit({{"event", "tool_decision"}, {"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}});
+    send(proto::ToolDecision{m.id, false, "the supervisor asked you to wrap up (" + reason_ + "); no more tools"});
+    return;
+  }
+  decide_tool(m);
+}
+
+void ChildSession::decide_tool(const proto::ToolRequest& m) {
+  std::string why;
+  Decision d = decide(*cfg_.preset, m.tool, m.args, why);
+  auto record = [&](const char* decision, const std::string& reason) {
+    emit({{"event", "tool_decision"},
+          {"id", m.id},
+          {"tool", m.tool},
+          {"args", m.args},
+          {"decision", decision},
+          {"reason", reason}});
+  };
+  auto allow = [this](const proto::ToolRequest& req, const std::string& reason) {
+    ++tool_calls_;
+    ++tools_used_[req.tool];
+    if (cfg_.brokered && cfg_.brokered->handles(req.tool)) {
+      pending_tools_[req.id] = req.tool;
+      cfg_.brokered->run(cfg_.id, req.tool, req.args,
+                         [self = shared_from_this(), id = req.id](bool ok, std::string content) {
+                           if (self->state_ == State::finishing || self->state_ == State::done) return;
+                           self->pending_tools_.erase(id);
+                           self->emit({{"event", "tool_result"}, {"id", id}, {"ok", ok}, {"bytes", content.size()}});
+                           self->send(proto::ToolResult{id, ok, std::move(content)});
+                         });
+    } else {
+      pending_tools_[req.id] = req.tool;
+      send(proto::ToolDecision{req.id, true, reason});
+    }
+    report_progress();
+  };
+  auto deny = [this](const proto::ToolRequest& req, const std::string& reason) {
+    ++tools_denied_;
+    send(proto::ToolDecision{req.id, false, reason});
+  };
+
+  if (d == Decision::allow) {
+    record("allow", why);
+    allow(m, why);
+    return;
+  }
+  if (d == Decision::deny) {
+    record("deny", why);
+    deny(m, why);
+    return;
+  }
+  // ask
+  if (!cfg_.approver) {
+    std::string reason = why + ", and no approver is attached, so it is denied";
+    record("deny", reason);
+    deny(m, reason);
+    return;
+  }
+  record("ask", why);
+  ++approvals_pending_;
+  auto answered = std::make_shared<bool>(false);
+  auto timer = std::make_shared<asio::steady_timer>(io_, cfg_.approval_timeout);
+  auto reply = [self = shared_from_this(), m, answered, timer, allow, deny](bool ok, std::string reason) {
+    if (*answered) return;
+    *answered = true;
+    timer->cancel();
+    --self->approvals_pending_;
+    if (self->state_ == State::finishing || self->state_ == State::done) return;
+    self->emit({{"event", "approval"}, {"id", m.id}, {"tool", m.tool}, {"allow", ok}, {"reason", reason}});
+    if (self->state_ == State::wrapping_up) ok = false, reason = "the child is wrapping up";
+    if (ok) allow(m, "approved: " + reason);
+    else deny(m, "approval denied: " + reason);
+  };
+  timer->async_wait([reply, ms = cfg_.approval_timeout.count()](boost::system::error_code ec) {
+    if (!ec) reply(false, "no answer within " + std::to_string(ms) + " ms");
+  });
+  cfg_.approver(ApprovalRequest{cfg_.id, cfg_.preset->name, cfg_.description, m.tool, m.args, why}, reply);
+}
+
+void ChildSession::handle(const proto::ToolDone& m) {
+  auto it = pending_tools_.find(m.id);
+  if (it == pending_tools_.end()) {
+    fail(proto::Status::protocol_error, "protocol error: tool_done for '" + m.id + "', which was not allowed");
+    return;
+  }
+  emit({{"event", "tool_done"}, {"id", m.id}, {"tool", it->second}, {"ok", m.ok}, {"bytes", m.bytes},
+        {"error", m.error}});
+  pending_tools_.erase(it);
+}
+
+void ChildSession::handle(const proto::Final& m) {
+  if (final_) {
+    fail(proto::Status::protocol_error, "protocol error: a second final");
+    return;
+  }
+  final_ = m;
+  if (!status_) {
+    status_ = proto::Status::completed;
+    reason_ = "the child sent its final answer";
+  } else if (*status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
+    reason_ += "; the child wrapped up with a final answer";
+  }
+  grace_.cancel();
+  emit({{"event", "final"}, {"summary_bytes", m.summary.size()}, {"answer_bytes", m.answer.size()}});
+  state_ = State::finishing;
+  // The child should exit now; give it a moment, then make sure.
+  exit_timer_.expires_after(cfg_.exit_grace);
+  exit_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec && !self->exited_) self->kill_tree("did not exit after its final answer");
+  });
+  maybe_finish();
+}
+
+void ChildSession::handle(const proto::Log& m) {
+  if (cfg_.on_log) cfg_.on_log("[subagent:" + cfg_.id + "] " + (m.level.empty() ? "" : m.level + ": ") + m.message);
+}
+
+// ---- stderr, exit, timers ------------------------------------------------------------------------
+
+void ChildSession::do_read_stderr() {
+  child_err_.async_read_some(asio::buffer(err_buf_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                                   std::size_t n) {
+    std::vector<proto::Frame> frames;
+    if (ec) self->err_reader_.finish(frames);
+    else self->err_reader_.feed(std::string_view(self->err_buf_.data(), n), frames);
+    static constexpr std::size_t kMaxStderr = 1 << 20;
+    for (const auto& f : frames) {
+      if (!self->cfg_.on_log || self->stderr_logged_ > kMaxStderr) continue;
+      std::string text = f.error == proto::FrameError::none ? f.line
+                         : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
+                         : f.error == proto::FrameError::truncated ? "(an unterminated line)"
+                                                                   : "(a line over 4096 bytes, dropped)";
+      self->stderr_logged_ += text.size();
+      self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
+      if (self->stderr_logged_ > kMaxStderr)
+        self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of stderr; the rest is dropped)");
+    }
+    if (ec) {
+      boost::system::error_code ignored;
+      self->child_err_.close(ignored);
+      return;
+    }
+    self->do_read_stderr();
+  });
+}
+
+void ChildSession::on_exit(boost::system::error_code ec) {
+  exited_ = true;
+  if (!ec) {
+    int status = proc_->native_exit_code();
+    if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
+  }
+  // The leader is gone; anything it left behind in its process group goes too.
+  ::kill(-pid_, SIGKILL);
+  emit({{"event", "exit"},
+        {"code", exit_.code ? json(*exit_.code) : json(nullptr)},
+        {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}});
+  if (!stdout_eof_) {
+    // Give buffered output a moment to drain; a grandchild holding the pipe must not keep us waiting.
+    drain_timer_.expires_after(std::chrono::milliseconds(200));
+    drain_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      if (e || self->stdout_eof_) return;
+      self->stdout_eof_ = true;
+      boost::system::error_code ignored;
+      self->from_child_.cancel(ignored);
+      self->maybe_finish();
+    });
+  }
+  maybe_finish();
+}
+
+void ChildSession::begin_wrap_up(proto::Status status, const std::string& budget, const std::string& why) {
+  if (state_ != State::running && state_ != State::handshake) return;
+  if (state_ == State::handshake) {
+    fail(status, why + " before the child said hello");
+    return;
+  }
+  state_ = State::wrapping_up;
+  status_ = status;
+  budget_ = budget;
+  reason_ = why;
+  emit({{"event", "budget"}, {"budget", budget}, {"status", proto::to_string(status)}, {"reason", why}});
+  send(proto::WrapUp{status == proto::Status::timeout ? "timeout" : "budget_exhausted", budget});
+  grace_.expires_after(std::chrono::milliseconds(cfg_.budgets.wrap_up_grace_ms));
+  grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->final_ || self->exited_) return;
+    self->reason_ += "; the child did not wrap up within " + std::to_string(self->cfg_.budgets.wrap_up_grace_ms) +
+                     " ms and was killed";
+    self->kill_tree("wrap-up grace expired");
+  });
+  report_progress();
+}
+
+void ChildSession::fail(proto::Status status, const std::string& reason) {
+  if (state_ == State::done) return;
+  if (!status_ || *status_ != proto::Status::cancelled) {
+    status_ = status;
+    budget_.clear();
+    reason_ = reason;
+  }
+  emit({{"event", "failure"}, {"status", proto::to_string(status)}, {"reason", reason}});
+  provider_->cancel();
+  if (pid_ > 0) {
+    if (status == proto::Status::protocol_error) send(proto::Error{"protocol_error", reason});
+    kill_tree(reason);
+  }
+  if (state_ != State::starting) state_ = State::finishing;
+}
+
+void ChildSession::kill_tree(const std::string& why) {
+  if (pid_ <= 0 || exited_) return;
+  if (!killed_) emit({{"event", "kill"}, {"reason", why}});
+  killed_ = true;
+  // setsid() in the child made it a process-group leader; a PID namespace (when applied) takes the rest.
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);
+}
+
+// ---- writing -------------------------------------------------------------------------------------
+
+void ChildSession::send(const proto::SupervisorMessage& m) {
+  if (pid_ <= 0 || exited_ || !to_child_.is_open()) return;
+  write_queue_.push_back(proto::encode_line(m));
+  if (!writing_) do_write();
+}
+
+void ChildSession::do_write() {
+  if (write_queue_.empty()) {
+    writing_ = false;
+    return;
+  }
+  writing_ = true;
+  asio::async_write(to_child_, asio::buffer(write_queue_.front()),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      self->write_queue_.pop_front();
+                      if (ec) {  // the child closed its stdin or died: nothing more to say to it
+                        self->write_queue_.clear();
+                        self->writing_ = false;
+                        boost::system::error_code ignored;
+                        self->to_child_.close(ignored);
+                        return;
+                      }
+                      self->do_write();
+                    });
+}
+
+// ---- the envelope --------------------------------------------------------------------------------
+
+void ChildSession::maybe_finish() {
+  if (done_ || !exited_ || !stdout_eof_) return;
+  finish();
+}
+
+void ChildSession::finish() {
+  done_ = true;
+  state_ = State::done;
+  boost::system::error_code ignored;
+  deadline_.cancel();
+  grace_.cancel();
+  handshake_.cancel();
+  exit_timer_.cancel();
+  drain_timer_.cancel();
+  to_child_.close(ignored);
+  provider_->cancel();
+
+  proto::Envelope e;
+  e.id = cfg_.id;
+  e.preset = cfg_.preset->name;
+  e.description = cfg_.description;
+  if (!status_) {
+    status_ = proto::Status::failed;
+    if (exit_.signal)
+      reason_ = std::string("the child was killed by signal SIG") + (sigabbrev_np(*exit_.signal) ? sigabbrev_np(*exit_.signal) : "?") +
+                " before sending a final answer";
+    else
+      reason_ = "the child exited with code " + std::to_string(exit_.code.value_or(-1)) +
+                " before sending a final answer";
+  }
+  e.status = *status_;
+  e.budget = budget_;
+  e.reason = reason_;
+  if (final_) {
+    e.summary = proto::cap_utf8(final_->summary, cfg_.budgets.summary_bytes);
+    e.answer = proto::cap_utf8(final_->answer, cfg_.budgets.answer_bytes);
+  }
+  e.tools_used = tools_used_;
+  e.tools_denied = tools_denied_;
+  e.usage = usage_;
+  e.steps = steps_;
+  e.tool_calls = tool_calls_;
+  e.duration_ms = elapsed_ms();
+  e.exit = exit_;
+  e.sandbox_applied = layers_applied_;
+  e.sandbox_missing = layers_missing_;
+  emit({{"event", "envelope"}, {"envelope", proto::to_json(e)}});
+  report_progress();
+  auto done = std::move(on_done_);
+  on_done_ = nullptr;
+  if (done) done(e);
+}
+
+}  // namespace supervisor
