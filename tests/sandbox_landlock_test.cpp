@@ -1,0 +1,191 @@
+// The Landlock layer: filesystem rules and scopes, each denial next to its twin without the sandbox.
+#include "sandbox/launch.hpp"
+
+#include <doctest/doctest.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sandbox/explain.hpp"
+#include "sandbox/launch.hpp"
+#include "sandbox/policy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kProbe = SUBAGENT_TEST_PROGRAM_DIR "/sandbox_probe";
+
+sandbox::Policy explore_policy() {
+  std::ifstream in(SUBAGENT_SOURCE_DIR "/policies/explore.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = nlohmann::json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
+  return sandbox::parse_policy(doc.at("sandbox"), "explore.json");
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "sandbox-test-XXXXXX").string();
+    path = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Outcome {
+  int status = -1;
+  std::string out;
+};
+
+std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  return out;
+}
+
+sandbox::LaunchRequest request_for(const fs::path& workspace, std::vector<std::string> args) {
+  sandbox::LaunchRequest req;
+  req.executable = kProbe;
+  req.argv = {kProbe};
+  req.argv.insert(req.argv.end(), args.begin(), args.end());
+  req.workspace = workspace;
+  req.child_dir = SUBAGENT_TEST_PROGRAM_DIR;
+  return req;
+}
+
+Outcome run_sandboxed(const sandbox::Policy& policy, sandbox::LaunchRequest req) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  req.stdout_fd = out[1];
+  auto plan = sandbox::prepare(policy, req);
+  sandbox::Child child = sandbox::launch(*plan);
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  REQUIRE(::waitpid(child.pid, &o.status, 0) == child.pid);
+  ::close(child.pidfd);
+  sandbox::release(child);
+  return o;
+}
+
+Outcome run_plain(std::vector<std::string> args) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  args.insert(args.begin(), kProbe);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(kProbe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  ::waitpid(pid, &o.status, 0);
+  return o;
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
+
+
+void write_file(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("reading outside the read roots is denied, also through a symlink") {
+  TempDir ws, outside;
+  write_file(ws.path / "inside.txt", "ok");
+  write_file(outside.path / "secret.txt", "secret");
+  fs::create_symlink(outside.path / "secret.txt", ws.path / "link.txt");
+  auto policy = explore_policy();
+  for (const char* name : {"inside.txt", "link.txt"})
+    CHECK(exit_code(run_plain({"read", (ws.path / name).string()}).status) == 0);
+  CHECK(exit_code(run_plain({"read", (outside.path / "secret.txt").string()}).status) == 0);
+
+  auto boxed = [&](const fs::path& p) {
+    return exit_code(run_sandboxed(policy, request_for(ws.path, {"read", p.string()})).status);
+  };
+  CHECK(boxed(ws.path / "inside.txt") == 0);
+  CHECK(boxed(outside.path / "secret.txt") == EACCES);
+  CHECK(boxed(ws.path / "link.txt") == EACCES);
+  CHECK(boxed("/etc/passwd") == EACCES);
+  CHECK(boxed("/proc/1/environ") == EACCES);
+}
+
+TEST_CASE("a hard link to a file outside the roots cannot be made") {
+  TempDir ws, outside;
+  write_file(outside.path / "secret.txt", "secret");
+  auto policy = explore_policy();
+  policy.write_paths = {"${workspace}"};
+  CHECK(exit_code(run_plain({"link", (outside.path / "secret.txt").string(),
+                             (ws.path / "plain-hard.txt").string()}).status) == 0);
+  int rc = exit_code(run_sandboxed(policy, request_for(ws.path, {"link",
+                                                                 (outside.path / "secret.txt").string(),
+                                                                 (ws.path / "hard.txt").string()}))
+                         .status);
+  CHECK((rc == EXDEV || rc == EACCES));
+  CHECK(!fs::exists(ws.path / "hard.txt"));
+}
+
+TEST_CASE("writing outside the write roots is denied; inside them it works") {
+  TempDir ws, outside;
+  auto read_only = explore_policy();
+  auto writer = explore_policy();
+  writer.write_paths = {"${workspace}"};
+  writer.rlimits.file_size_mb = 1;
+  CHECK(exit_code(run_plain({"write", (outside.path / "new.txt").string()}).status) == 0);
+  CHECK(exit_code(run_plain({"write", (ws.path / "plain.txt").string()}).status) == 0);
+
+  auto boxed = [&](const sandbox::Policy& p, const fs::path& target) {
+    return exit_code(run_sandboxed(p, request_for(ws.path, {"write", target.string()})).status);
+  };
+  CHECK(boxed(read_only, ws.path / "a.txt") == EACCES);
+  CHECK(boxed(writer, ws.path / "b.txt") == 0);
+  CHECK(fs::exists(ws.path / "b.txt"));
+  CHECK(boxed(writer, outside.path / "c.txt") == EACCES);
+  CHECK(!fs::exists(outside.path / "c.txt"));
+}
+
+TEST_CASE("a program outside the execute roots cannot be executed") {
+  TempDir ws;
+  fs::copy_file(kProbe, ws.path / "probe-copy");
+  fs::permissions(ws.path / "probe-copy", fs::perms::owner_all);
+  auto plain = run_plain({"true"});
+  CHECK(exit_code(plain.status) == 0);
+  auto req = request_for(ws.path, {"true"});
+  req.executable = (ws.path / "probe-copy").string();
+  auto plan = sandbox::prepare(explore_policy(), req);
+  CHECK_THROWS_WITH_AS(sandbox::launch(*plan),
+                       ("sandbox step 'execve' failed for '" + req.executable +
+                        "': Permission denied")
+                           .c_str(),
+                       sandbox::SandboxError);
+}
+
+TEST_CASE("signals to processes outside the sandbox are scoped away (Landlock ABI 6)") {
+  if (sandbox::kernel_support()[8].applied == false) return;  // landlock_scopes
+  TempDir ws;
+  auto policy = explore_policy();
+  policy.namespaces = {"user", "net"};  // same PID namespace, so only Landlock can refuse
+  const std::string me = std::to_string(::getpid());
+  CHECK(exit_code(run_plain({"kill", me}).status) == 0);
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"kill", me})).status) == EPERM);
+}

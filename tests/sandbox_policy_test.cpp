@@ -1,0 +1,89 @@
+// parse_policy: the shipped format parses; every kind of mistake is an error naming file and field.
+#include "sandbox/policy.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+nlohmann::json explore_section() {
+  std::ifstream in(SUBAGENT_SOURCE_DIR "/policies/explore.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str(), nullptr, true, /*ignore_comments=*/true).at("sandbox");
+}
+
+std::string error_of(const nlohmann::json& section) {
+  try {
+    sandbox::parse_policy(section, "test.json");
+  } catch (const sandbox::PolicyError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("explore.json parses") {
+  auto policy = sandbox::parse_policy(explore_section(), "explore.json");
+  CHECK(policy.source == "explore.json");
+  CHECK(policy.read_paths.front() == "${workspace}");
+  CHECK(policy.write_paths.empty());
+  CHECK(policy.network == "none");
+  CHECK(policy.rlimits.open_files == 256);
+  CHECK(policy.rlimits.processes == 32);
+  CHECK(policy.namespaces.size() == 6);
+  CHECK(policy.env_set.at("PATH") == "/usr/bin:/bin");
+  CHECK(policy.required.size() == 5);
+}
+
+TEST_CASE("mistakes are errors that name the file and the field") {
+  auto s = explore_section();
+  auto with = [&](auto edit) {
+    auto copy = s;
+    edit(copy);
+    return error_of(copy);
+  };
+  CHECK(with([](auto& j) { j["rlimits"]["open_files"] = -1; }) ==
+        "policy test.json: sandbox.rlimits.open_files must be a non-negative integer");
+  CHECK(with([](auto& j) { j["rlimits"]["cpu_seconds"] = "10"; }) ==
+        "policy test.json: sandbox.rlimits.cpu_seconds must be a non-negative integer");
+  CHECK(with([](auto& j) { j["rlimits"].erase("processes"); }) ==
+        "policy test.json: sandbox.rlimits.processes is missing");
+  CHECK(with([](auto& j) { j["rlimits"]["stack_mb"] = 8; }).starts_with(
+      "policy test.json: sandbox.rlimits.stack_mb is not a known field"));
+  CHECK(with([](auto& j) { j["extra"] = 1; }).starts_with(
+      "policy test.json: sandbox.extra is not a known field"));
+  CHECK(with([](auto& j) { j["syscalls"]["deny"] = {"ptrace", "no_such_call"}; }) ==
+        "policy test.json: sandbox.syscalls.deny[1] names an unknown syscall 'no_such_call'");
+  CHECK(with([](auto& j) { j["namespaces"] = {"user", "time"}; }).starts_with(
+      "policy test.json: sandbox.namespaces[1] names an unknown namespace 'time'"));
+  CHECK(with([](auto& j) { j["namespaces"] = {"pid", "pid"}; }) ==
+        "policy test.json: sandbox.namespaces[1] repeats 'pid'");
+  CHECK(with([](auto& j) { j["required"] = {"landlock", "selinux"}; }) ==
+        "policy test.json: sandbox.required[1] names an unknown layer 'selinux'");
+  CHECK(with([](auto& j) { j["network"] = "internet"; }) ==
+        "policy test.json: sandbox.network must be \"none\", \"loopback\" or \"host\" (got "
+        "\"internet\")");
+  CHECK(with([](auto& j) { j["network"] = "host"; }) ==
+        "policy test.json: sandbox.network is \"host\" but sandbox.namespaces lists \"net\", which "
+        "hides it");
+  CHECK(with([](auto& j) { j["filesystem"]["read"] = {"relative/path"}; }) ==
+        "policy test.json: sandbox.filesystem.read[0] must be an absolute path or start with "
+        "${workspace} or ${child} ('relative/path')");
+  CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${home}/x"}; }) ==
+        "policy test.json: sandbox.filesystem.write[0] uses an unknown template ('${home}/x'); "
+        "only ${workspace} and ${child} exist");
+  CHECK(with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
+        "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
+  CHECK(with([](auto& j) { j["environment"]["allow"] = {"BAD-NAME"}; }) ==
+        "policy test.json: sandbox.environment.allow[0] is not a valid variable name ('BAD-NAME')");
+  CHECK(with([](auto& j) { j["environment"]["set"]["X"] = 1; }) ==
+        "policy test.json: sandbox.environment.set.X must be a string");
+  CHECK(with([](auto& j) { j["filesystem"]["protected"] = {".git"}; }) ==
+        "policy test.json: sandbox.filesystem.protected lists paths but there is no write root to "
+        "protect");
+  CHECK(error_of(nlohmann::json::array()) == "policy test.json: sandbox must be an object");
+}

@@ -1,0 +1,187 @@
+// The seccomp layer: every baseline denial, each next to its twin showing the same action works
+// without the sandbox. Exit codes are the probe's errno (see tests/programs/sandbox_probe.cpp).
+#include "sandbox/explain.hpp"
+
+#include <doctest/doctest.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sandbox/launch.hpp"
+#include "sandbox/policy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kProbe = SUBAGENT_TEST_PROGRAM_DIR "/sandbox_probe";
+
+sandbox::Policy explore_policy() {
+  std::ifstream in(SUBAGENT_SOURCE_DIR "/policies/explore.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto doc = nlohmann::json::parse(text.str(), nullptr, true, /*ignore_comments=*/true);
+  return sandbox::parse_policy(doc.at("sandbox"), "explore.json");
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "sandbox-test-XXXXXX").string();
+    path = ::mkdtemp(templ.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Outcome {
+  int status = -1;
+  std::string out;
+};
+
+std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  return out;
+}
+
+sandbox::LaunchRequest request_for(const fs::path& workspace, std::vector<std::string> args) {
+  sandbox::LaunchRequest req;
+  req.executable = kProbe;
+  req.argv = {kProbe};
+  req.argv.insert(req.argv.end(), args.begin(), args.end());
+  req.workspace = workspace;
+  req.child_dir = SUBAGENT_TEST_PROGRAM_DIR;
+  return req;
+}
+
+Outcome run_sandboxed(const sandbox::Policy& policy, sandbox::LaunchRequest req) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  req.stdout_fd = out[1];
+  auto plan = sandbox::prepare(policy, req);
+  sandbox::Child child = sandbox::launch(*plan);
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  REQUIRE(::waitpid(child.pid, &o.status, 0) == child.pid);
+  ::close(child.pidfd);
+  sandbox::release(child);
+  return o;
+}
+
+Outcome run_plain(std::vector<std::string> args) {
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  args.insert(args.begin(), kProbe);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(kProbe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  Outcome o;
+  o.out = drain(out[0]);
+  ::close(out[0]);
+  ::waitpid(pid, &o.status, 0);
+  return o;
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
+
+
+struct Case {
+  const char* action;
+  int sandboxed;  // probe exit code (errno) or -signal
+  int plain;
+};
+
+}  // namespace
+
+TEST_CASE("each baseline seccomp denial, and the same action without the sandbox") {
+  TempDir ws;
+  auto policy = explore_policy();
+  // TIOCSTI needs a pty; grant it in Landlock so that the EPERM can only come from seccomp.
+  policy.read_paths.push_back("/dev/ptmx");
+  policy.write_paths.push_back("/dev/ptmx");
+  policy.write_paths.push_back("/dev/pts");
+  const Case cases[] = {
+      {"ptrace", EPERM, 0},
+      {"process_vm_readv", EPERM, 0},
+      {"io_uring_setup", EPERM, 0},
+      {"unshare", EPERM, 0},
+      {"mount", EPERM, 0},
+      {"clone_newuser", EPERM, 0},
+      {"clone_newnet", EPERM, 0},
+      {"clone3", ENOSYS, 0},
+      {"bpf", EPERM, 0},
+      {"keyctl", EPERM, 0},
+      {"tiocsti", EPERM, 0},
+      {"tiocsti_high", EPERM, 0},  // request with garbage in the high 32 bits
+      {"socket_inet", EAFNOSUPPORT, 0},
+      {"socket_inet6_udp", EAFNOSUPPORT, 0},
+      {"socket_netlink", EAFNOSUPPORT, 0},
+      {"socketpair_inet", EAFNOSUPPORT, EOPNOTSUPP},
+      // Legitimate work still succeeds.
+      {"socket_unix", 0, 0},
+      {"socketpair_unix", 0, 0},
+      {"clone_plain", 0, 0},
+      {"true", 0, 0},
+  };
+  for (const Case& c : cases) {
+    INFO("action: " << std::string(c.action));
+    CHECK(exit_code(run_plain({c.action}).status) == c.plain);
+    CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {c.action})).status) == c.sandboxed);
+  }
+}
+
+TEST_CASE("an x32 syscall number kills the process") {
+  TempDir ws;
+  // Without the sandbox the process survives (ENOSYS when the kernel has no x32 ABI).
+  int plain = exit_code(run_plain({"x32"}).status);
+  CHECK((plain == 0 || plain == ENOSYS));
+  CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"x32"})).status) ==
+        -SIGSYS);
+}
+
+TEST_CASE("a policy's extra denials are added to the baseline") {
+  TempDir ws;
+  auto policy = explore_policy();
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"socket_unix"})).status) == 0);
+  policy.extra_denied_syscalls = {"socket"};
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"socket_unix"})).status) == EPERM);
+}
+
+TEST_CASE("syscall_table lists every decision of the filter") {
+  auto table = sandbox::syscall_table(explore_policy());
+  auto find = [&](const std::string& name, const std::string& condition) {
+    for (const auto& d : table)
+      if (d.syscall == name && d.condition == condition) return d.action;
+    return std::string("missing");
+  };
+  CHECK(find("ptrace", "") == "errno EPERM");
+  CHECK(find("clone3", "") == "errno ENOSYS");
+  CHECK(find("clone", "flags & CLONE_NEWUSER") == "errno EPERM");
+  CHECK(find("ioctl", "request == TIOCSTI") == "errno EPERM");
+  CHECK(find("socket", "domain != AF_UNIX") == "errno EAFNOSUPPORT");
+  auto host = explore_policy();
+  host.network = "host";
+  host.namespaces = {"user", "pid"};
+  for (const auto& d : sandbox::syscall_table(host)) CHECK(d.syscall != "socket");
+}
