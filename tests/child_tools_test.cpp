@@ -492,6 +492,48 @@ TEST_CASE("grep: matches spanning lines are attributed to real lines only") {
   CHECK(has(out.content, "1 match in 1 file"));
 }
 
+TEST_CASE("grep: the literal prefilter never loses a match") {
+  Ws ws;
+  put(ws / "a.txt",
+      "color\ncolour\ncolr\nbarbaz\nfoobaz\nqux\naabc\nabc\nx.y\nxzy\nAB_MAX \nab_max\n"
+      "line with \xc3\xa9t\xc3\xa9\n(lit)\n");
+  struct Case {
+    const char* pattern;
+    std::vector<int> lines;
+  };
+  const Case cases[] = {
+      {"colou?r", {1, 2}},          {"(foo|bar)baz", {4, 5}},  {"qux|colr", {3, 6}},
+      {"a{2}bc", {7}},              {"^abc$", {8}},             {"x\\.y", {9}},
+      {"x[.z]y", {9, 10}},          {"[A-Z]+_MAX\\b", {11}},   {"ab_max$", {12}},
+      {"\xc3\xa9t\xc3\xa9", {13}},  {"\\(lit\\)", {14}},      {"colou*r", {1, 2}},
+      {"(?i)AB_max", {11, 12}},     {"\\Qx.y\\E", {9}},
+  };
+  for (const Case& c : cases) {
+    std::string pattern = c.pattern;
+    CAPTURE(pattern);
+    auto out = ws.run("grep", {{"pattern", c.pattern}});
+    REQUIRE(out.ok);
+    std::string want;
+    for (int l : c.lines) want += "a.txt:" + std::to_string(l) + ": ";
+    std::string got;
+    for (std::size_t pos = 0; (pos = out.content.find("a.txt:", pos)) != std::string::npos;) {
+      auto colon = out.content.find(": ", pos);
+      got += out.content.substr(pos, colon + 2 - pos);
+      pos = colon;
+    }
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("grep: context groups in different files are separated") {
+  Ws ws;
+  put(ws / "a.txt", "x\nhit\ny\n");
+  put(ws / "b.txt", "hit\nz\n");
+  auto out = ws.run("grep", {{"pattern", "hit"}, {"context", 1}});
+  CHECK(out.content.rfind("a.txt-1- x\na.txt:2: hit\na.txt-3- y\n--\nb.txt:1: hit\nb.txt-2- z\n", 0) ==
+        0);
+}
+
 TEST_CASE("grep: symlinked directories are not followed out of the workspace") {
   Ws ws;
   TempDir outside;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -32,6 +33,80 @@ bool is_plain_literal(const std::string& p) {
   return p.find_first_of("\\^$.|?*+()[]{}") == std::string::npos;
 }
 
+// The longest run of bytes every match must contain, found by a conservative scan of the
+// pattern's top level (no alternation there, no flag groups, no \Q). Files without it are skipped
+// and the regex only runs from lines that contain it, like ripgrep's literal prefilter. Empty when
+// nothing safe is found.
+std::string required_literal(const std::string& p) {
+  if (p.find("(?") != std::string::npos || p.find("\\Q") != std::string::npos) return {};
+  std::string best, run;
+  bool last_literal = false;
+  auto end_run = [&] {
+    if (run.size() > best.size()) best = run;
+    run.clear();
+    last_literal = false;
+  };
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    char c = p[i];
+    if (c == '|') return {};
+    if (c == '*' || c == '?' || c == '{') {
+      if (last_literal && !run.empty()) run.pop_back();  // that character may be absent
+      end_run();
+    } else if (c == '+') {
+      end_run();
+    } else if (c == '\\') {
+      if (i + 1 >= p.size()) return {};
+      char e = p[++i];
+      if (std::isalnum(static_cast<unsigned char>(e))) {
+        end_run();
+      } else {
+        run += e;
+        last_literal = true;
+      }
+    } else if (c == '(') {
+      int depth = 1;
+      for (++i; i < p.size() && depth > 0; ++i) {
+        if (p[i] == '\\') {
+          ++i;
+        } else if (p[i] == '[') {
+          std::size_t j = i + 1;
+          if (j < p.size() && p[j] == '^') ++j;
+          if (j < p.size() && p[j] == ']') ++j;
+          while (j < p.size() && p[j] != ']') j += p[j] == '\\' ? 2 : 1;
+          i = j;
+        } else if (p[i] == '(') {
+          ++depth;
+        } else if (p[i] == ')') {
+          --depth;
+        }
+      }
+      --i;
+      end_run();
+    } else if (c == '[') {
+      std::size_t j = i + 1;
+      if (j < p.size() && p[j] == '^') ++j;
+      if (j < p.size() && p[j] == ']') ++j;
+      while (j < p.size() && p[j] != ']') {
+        if (p[j] == '[' && j + 1 < p.size() && p[j + 1] == ':') {
+          std::size_t k = p.find(":]", j + 2);
+          j = k == std::string::npos ? p.size() : k + 2;
+        } else {
+          j += p[j] == '\\' ? 2 : 1;
+        }
+      }
+      i = j;
+      end_run();
+    } else if (c == '.' || c == '^' || c == '$' || c == ')' || c == ']' || c == '}') {
+      end_run();
+    } else {
+      run += c;
+      last_literal = true;
+    }
+  }
+  end_run();
+  return best;
+}
+
 struct Options {
   std::size_t max_total;
   std::size_t max_per_file;
@@ -41,9 +116,14 @@ struct Options {
 
 class Grep {
  public:
-  Grep(const ToolContext& ctx, const RE2& re, std::optional<std::string> literal, Options opt,
-       std::optional<GlobPattern> filter)
-      : ctx_(ctx), re_(re), literal_(std::move(literal)), opt_(opt), filter_(std::move(filter)) {
+  Grep(const ToolContext& ctx, const RE2& re, std::optional<std::string> literal,
+       std::string required, Options opt, std::optional<GlobPattern> filter)
+      : ctx_(ctx),
+        re_(re),
+        literal_(std::move(literal)),
+        required_(std::move(required)),
+        opt_(opt),
+        filter_(std::move(filter)) {
     if (filter_) filter_basename_ = filter_->segments().size() == 1 && !filter_->segments()[0].globstar;
   }
 
@@ -57,6 +137,8 @@ class Grep {
       ++unreadable_;
       return;
     }
+    // Symlinks are not followed while recursing (as in ripgrep): no loops, no escapes, and no
+    // file reported twice. A symlink given as 'path' is searched when it resolves inside.
     for (const DirEntry& e : entries) {
       if (stopped_) return;
       if (e.name == ".git") continue;
@@ -72,16 +154,6 @@ class Grep {
       } else if (e.type == EntryType::file) {
         if (!wanted(e.name, sub)) continue;
         search_file_at(dirfd, e.name.c_str(), sub, O_NOFOLLOW);
-      } else if (e.type == EntryType::symlink) {
-        // Symlinked files are searched when they resolve inside the workspace; symlinked
-        // directories are never followed (no loops, no escapes).
-        struct stat st;
-        if (::fstatat(dirfd, e.name.c_str(), &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (!wanted(e.name, sub)) continue;
-        std::error_code ec;
-        auto real = std::filesystem::canonical(ctx_.workspace / sub, ec);
-        if (ec || !path_inside(ctx_.workspace, real)) continue;
-        search_file_at(dirfd, e.name.c_str(), sub, 0);
       }
     }
   }
@@ -185,6 +257,16 @@ class Grep {
     std::size_t in_file = 0, extra = 0;
     bool checked_binary = false;
     while (pos < n) {
+      if (!required_.empty()) {
+        // A matching line contains the required literal: start at the next line that does.
+        std::string_view rest(d + pos, n - pos);
+        std::size_t k = rest.find(required_);
+        if (k == std::string_view::npos) break;
+        if (k > 0) {
+          const char* nl = static_cast<const char*>(memrchr(d + pos, '\n', k));
+          if (nl) pos = static_cast<std::size_t>(nl - d) + 1;
+        }
+      }
       std::size_t ms, me;
       if (!next_match(d, n, pos, ms, me)) break;
       if (ms == n && n > 0 && d[n - 1] == '\n') break;  // empty match after the final newline
@@ -298,7 +380,8 @@ class Grep {
         b = p ? static_cast<std::size_t>(p - f.d) + 1 : floor;
         ++k;
       }
-      if (f.any && b > f.printed_end) out_ += "--\n";
+      if ((f.any && b > f.printed_end) || (!f.any && groups_ > 0)) out_ += "--\n";
+      ++groups_;
       std::uint64_t l = line - k;
       while (b < ls) {
         std::size_t e = line_end(f, b);
@@ -316,6 +399,7 @@ class Grep {
   const ToolContext& ctx_;
   const RE2& re_;
   std::optional<std::string> literal_;
+  std::string required_;
   Options opt_;
   std::optional<GlobPattern> filter_;
   bool filter_basename_ = false;
@@ -324,6 +408,7 @@ class Grep {
   std::string out_;
   std::size_t total_ = 0, files_matched_ = 0, files_searched_ = 0, binary_ = 0, too_large_ = 0;
   std::size_t unreadable_ = 0, too_deep_ = 0;
+  std::size_t groups_ = 0;  // context groups printed so far, for "--" separators
   bool stopped_ = false, out_full_ = false;
 };
 
@@ -358,11 +443,17 @@ ToolOutput grep(const nlohmann::json& args, const ToolContext& ctx) {
                     " (RE2 syntax: no backreferences or lookaround)");
   }
   std::optional<std::string> literal;
-  if (!ci && is_plain_literal(pattern)) literal = pattern;
+  std::string required;
+  if (!ci && is_plain_literal(pattern)) {
+    literal = pattern;
+  } else if (!ci) {
+    required = required_literal(pattern);
+    if (required.size() < 3) required.clear();
+  }
   std::optional<GlobPattern> filter;
   if (glob_arg && !glob_arg->empty()) filter.emplace(*glob_arg);
 
-  Grep g(ctx, re, literal, opt, std::move(filter));
+  Grep g(ctx, re, literal, std::move(required), opt, std::move(filter));
   struct stat st;
   if (::stat(base.abs.c_str(), &st) != 0) throw ToolError(describe_errno(errno, base.rel));
   if (S_ISDIR(st.st_mode)) {
