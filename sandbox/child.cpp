@@ -10,6 +10,7 @@
 #include <net/if.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -123,6 +124,17 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
 
   if (plan.drop_groups && ::setgroups(0, nullptr) != 0) fail(status_fd, Step::kSetgroups, errno);
   if (plan.loopback && bring_up_loopback() != 0) fail(status_fd, Step::kLoopback, errno);
+  if (!plan.protect.empty()) {
+    // Without a user namespace the new mount namespace still shares propagation with the host's:
+    // make it a slave first so that nothing we mount shows up outside.
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+      fail(status_fd, Step::kMountSlave, errno);
+    for (const ProtectedMount& m : plan.protect) {
+      if (::mount(m.path.c_str(), m.path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+          ::mount(nullptr, m.path.c_str(), nullptr, m.flags, nullptr) != 0)
+        fail(status_fd, Step::kProtect, errno);
+    }
+  }
 
   for (const Limit& limit : plan.limits)
     if (::setrlimit(static_cast<__rlimit_resource>(limit.resource), &limit.value) != 0)

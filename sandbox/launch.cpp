@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,6 +128,8 @@ const char* step_name(Step step) noexcept {
     case Step::kCloseFds: return "close_fds";
     case Step::kSetgroups: return "setgroups";
     case Step::kLoopback: return "loopback_up";
+    case Step::kMountSlave: return "mount_make_slave";
+    case Step::kProtect: return "protect_read_only";
     case Step::kRlimits: return "setrlimit";
     case Step::kSecurebits: return "securebits";
     case Step::kCapBounding: return "capability_bounding_set";
@@ -284,6 +288,45 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   plan->have_setpcap = plan->user_ns || has_cap_setpcap();
   plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
 
+  // Protected paths inside write roots: Landlock rights only add up, so they are bind-mounted
+  // read-only over themselves in the child's mount namespace (EROFS for every write beneath).
+  std::string protected_detail;
+  if (!policy.protected_paths.empty()) {
+    std::vector<std::string> targets;
+    for (const std::string& entry : policy.protected_paths) {
+      std::string resolved;
+      if (!substitute(entry, sub, &resolved)) continue;
+      if (resolved.front() == '/') {
+        targets.push_back(fs::path(resolved).lexically_normal().string());
+      } else {
+        for (const std::string& write_root : paths.write)
+          targets.push_back((fs::path(write_root) / resolved).lexically_normal().string());
+      }
+    }
+    std::string missing;
+    for (const std::string& target : targets) {
+      struct statvfs vfs {};
+      if (::statvfs(target.c_str(), &vfs) != 0) {
+        if (errno != ENOENT)
+          throw error("protected path '" + target + "' cannot be inspected: " +
+                      std::strerror(errno));
+        missing += (missing.empty() ? "" : ", ") + target;
+        continue;
+      }
+      const unsigned long locked =
+          MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME;
+      plan->protect.push_back(
+          {target, MS_BIND | MS_REMOUNT | MS_RDONLY | (vfs.f_flag & locked)});
+      protected_detail += (protected_detail.empty() ? "" : ", ") + target;
+    }
+    if (!plan->protect.empty() && !(flags & CLONE_NEWNS))
+      throw error("protected paths (" + protected_detail +
+                  ") need the mount namespace, which is not available: " +
+                  (ns_detail["mount"].empty() ? "not requested by the policy" : ns_detail["mount"]));
+    protected_detail = protected_detail.empty() ? "" : "; read-only: " + protected_detail;
+    if (!missing.empty()) protected_detail += "; protected but absent: " + missing;
+  }
+
   // The process cap: RLIMIT_NPROC binds any uid but 0; for root use a pids cgroup.
   LayerStatus process_cap{"process_cap", false, "the policy sets no process limit"};
   if (r.processes) {
@@ -339,7 +382,7 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
                plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),
       ns_layer("ipc_namespace", "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
       ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
-      ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table"),
+      ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table" + protected_detail),
       process_cap,
   };
   for (const std::string& name : policy.required) {

@@ -22,6 +22,8 @@ enum class Step : std::int32_t {
   kCloseFds,
   kSetgroups,
   kLoopback,
+  kMountSlave,
+  kProtect,
   kRlimits,
   kSecurebits,
   kCapBounding,
@@ -38,6 +40,13 @@ const char* step_name(Step step) noexcept;
 struct StatusRecord {
   std::int32_t step;
   std::int32_t error;
+};
+
+// A path bind-mounted onto itself read-only in the child's mount namespace. `flags` carries the
+// remount flags, including the ones the original mount has locked (nosuid, nodev, noexec, atime).
+struct ProtectedMount {
+  std::string path;
+  unsigned long flags;
 };
 
 struct Limit {
@@ -70,6 +79,7 @@ class Plan {
   bool drop_groups = false;   // setgroups(0, NULL) in the child
   bool have_setpcap = false;  // can set securebits and empty the bounding set
   bool loopback = false;      // bring up lo in the new network namespace
+  std::vector<ProtectedMount> protect;  // needs the mount namespace
 
   std::string cgroup_root;  // per-launch pids cgroups are made here; empty = none
   std::uint64_t pids_max = 0;

@@ -189,3 +189,32 @@ TEST_CASE("signals to processes outside the sandbox are scoped away (Landlock AB
   CHECK(exit_code(run_plain({"kill", me}).status) == 0);
   CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"kill", me})).status) == EPERM);
 }
+
+TEST_CASE("protected paths inside a write root are read-only; the rest of the root is writable") {
+  TempDir ws;
+  fs::create_directories(ws.path / ".git" / "hooks");
+  write_file(ws.path / ".git" / "config", "[core]\n");
+  auto policy = explore_policy();
+  policy.write_paths = {"${workspace}"};
+  policy.protected_paths = {".git"};
+  policy.rlimits.file_size_mb = 1;
+  const fs::path hook = ws.path / ".git" / "hooks" / "pre-commit";
+  CHECK(exit_code(run_plain({"write", (ws.path / ".git" / "plain").string()}).status) == 0);
+  auto boxed = [&](const fs::path& target) {
+    return exit_code(run_sandboxed(policy, request_for(ws.path, {"write", target.string()})).status);
+  };
+  CHECK(boxed(hook) == EROFS);
+  CHECK(boxed(ws.path / ".git" / "config") == EROFS);
+  CHECK(!fs::exists(hook));
+  CHECK(boxed(ws.path / "new-top-level.txt") == 0);
+  fs::create_directory(ws.path / "src");
+  CHECK(boxed(ws.path / "src" / "main.cpp") == 0);
+  // The read-only bind mount stays inside the child's mount namespace.
+  CHECK(exit_code(run_plain({"write", hook.string()}).status) == 0);
+
+  auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
+  CHECK(sandbox::layers(*plan)[15].detail.find("read-only: " + (ws.path / ".git").string()) !=
+        std::string::npos);
+  policy.namespaces = {"user", "pid"};
+  CHECK_THROWS_AS(sandbox::prepare(policy, request_for(ws.path, {"true"})), sandbox::SandboxError);
+}

@@ -301,3 +301,27 @@ TEST_CASE("a required layer the plan lacks refuses the launch with the layer's n
       "requested by the policy",
       sandbox::SandboxError);
 }
+
+TEST_CASE("every capability is dropped, no_new_privs is set and the child leads a new session") {
+  TempDir ws;
+  auto plain = run_plain({"privileges"});
+  REQUIRE(exit_code(plain.status) == 0);
+  // The twin: this test runs as root with capabilities, in our session.
+  if (::geteuid() == 0) CHECK(plain.out.find("effective 0\n") == std::string::npos);
+  CHECK(plain.out.find("no_new_privs 0\n") != std::string::npos);
+  CHECK(plain.out.find("session_leader 0\n") != std::string::npos);
+  auto boxed = run_sandboxed(explore_policy(), request_for(ws.path, {"privileges"}));
+  REQUIRE(exit_code(boxed.status) == 0);
+  CHECK(boxed.out ==
+        "effective 0\npermitted 0\ninheritable 0\nbounding 0\nambient 0\nno_new_privs 1\n"
+        "session_leader 1\nsecurebits ef\n");
+}
+
+TEST_CASE("network \"loopback\" gives a private network namespace with lo up") {
+  TempDir ws;
+  auto policy = explore_policy();
+  policy.network = "loopback";
+  auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
+  CHECK(sandbox::layers(*plan)[12].detail == "no interfaces but loopback (up)");
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"socket_inet"})).status) == 0);
+}

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <linux/capability.h>
 #include <linux/io_uring.h>
 #include <sched.h>
 #include <signal.h>
@@ -253,6 +254,27 @@ int do_sleep(int seconds) {
   return 0;
 }
 
+// Prints which privileges the process holds, one "name value" line each.
+int do_privileges() {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return result(-1);
+  int bounding = 0, ambient = 0;
+  for (int cap = 0; cap < 64; ++cap) {
+    if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) ++bounding;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1) ++ambient;
+  }
+  auto both = [](unsigned hi, unsigned lo) { return (static_cast<unsigned long long>(hi) << 32) | lo; };
+  printf("effective %llx\npermitted %llx\ninheritable %llx\n",
+         both(data[1].effective, data[0].effective), both(data[1].permitted, data[0].permitted),
+         both(data[1].inheritable, data[0].inheritable));
+  printf("bounding %d\nambient %d\nno_new_privs %d\nsession_leader %d\nsecurebits %x\n",
+         bounding, ambient, prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), getsid(0) == getpid(),
+         prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
+  fflush(stdout);
+  return 0;
+}
+
 int do_link(const char* from, const char* to) { return result(link(from, to)); }
 
 int do_kill(pid_t pid) { return result(kill(pid, 0)); }
@@ -296,6 +318,7 @@ int main(int argc, char** argv) {
   if (action == "spin") return do_spin(atof(arg));
   if (action == "grandchild") return do_grandchild();
   if (action == "sleep") return do_sleep(atoi(arg));
+  if (action == "privileges") return do_privileges();
   if (action == "kill") return do_kill(static_cast<pid_t>(atoi(arg)));
   return 120;
 }
