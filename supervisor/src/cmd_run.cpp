@@ -42,6 +42,7 @@ Options:
   --policy-dir DIR         where presets are read from (default: $SUBAGENT_POLICY_DIR or the installed policies/)
   --child PATH             the child program (default: subagent-child next to this executable); any
                            program that speaks protocol v1 (protocol/README.md) works
+  --child-arg ARG          an argument for the child program (repeatable)
   --max-line BYTES         longest protocol line accepted from the child (default 1048576)
   --handshake-timeout DUR  how long the child may take to say hello (default 10s)
   --quiet                  no progress on stderr
@@ -88,6 +89,7 @@ std::string human(std::uint64_t n) {
 
 int cmd_run(Args args) {
   std::string preset_name, workspace, brief, description, model, policy_dir, child;
+  std::vector<std::string> child_args;
   bool have_brief = false, quiet = false;
   BudgetOverrides o;
   std::size_t max_line = protocol::kDefaultMaxLine;
@@ -114,6 +116,7 @@ int cmd_run(Args args) {
       else if (f == "--answer-bytes") o.answer_bytes = args.number(f);
       else if (f == "--policy-dir") policy_dir = args.value(f);
       else if (f == "--child") child = args.value(f);
+      else if (f == "--child-arg") child_args.push_back(args.value(f));
       else if (f == "--max-line") max_line = args.number(f);
       else if (f == "--handshake-timeout") handshake_ms = ms_of(f, args.value(f));
       else if (f == "--quiet") quiet = true;
@@ -154,6 +157,7 @@ int cmd_run(Args args) {
   cfg.id = new_child_id();
   cfg.brief = brief;
   cfg.description = description;
+  cfg.child_args = child_args;
   cfg.max_line = max_line;
   cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   const bool tty = !quiet && ::isatty(STDERR_FILENO);

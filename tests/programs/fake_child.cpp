@@ -1,0 +1,173 @@
+// A scriptable child for tests: speaks protocol v1 well or badly, as argv[1] says.
+//   good            hello, one model turn, final (the model's text as the answer)
+//   big_final N     hello, final whose answer is N bytes of "€" (3 bytes each) and summary likewise
+//   ignore_wrap_up  keeps asking for model turns; after wrap_up it goes silent and never finishes
+//   crash           hello, then a null-pointer write (SIGSEGV)
+//   exit_early      hello, welcome, then exit(3)
+//   no_hello        says nothing, sleeps
+//   bad_version     offers protocol version 99 only
+//   huge_line N     hello, then one line of N bytes
+//   invalid_utf8    hello, then a line with invalid UTF-8
+//   unknown_type    hello, then {"type":"teleport"}
+//   cut_line        hello, then half a message and exit(0)
+//   not_json        hello, then a line that is not JSON
+//   flood N         hello, then N valid log lines as fast as it can, then final
+//   grandchild NAME hello, forks a setsid grandchild named NAME (comm) that sleeps forever; exits
+//   stderr_lines    hello, writes lines on stderr, then final
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "protocol/framing.hpp"
+#include "protocol/messages.hpp"
+
+using namespace protocol;
+
+namespace {
+
+void write_all(const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(1, s.data() + off, s.size() - off);
+    if (n <= 0) std::_Exit(10);
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+void send(const ChildMessage& m) { write_all(encode_line(m)); }
+
+LineReader g_reader(64u << 20);
+std::vector<Frame> g_frames;
+
+SupervisorMessage receive() {
+  while (g_frames.empty()) {
+    char buf[65536];
+    ssize_t n = ::read(0, buf, sizeof buf);
+    if (n <= 0) std::_Exit(11);
+    g_reader.feed(std::string_view(buf, static_cast<std::size_t>(n)), g_frames);
+  }
+  Frame f = std::move(g_frames.front());
+  g_frames.erase(g_frames.begin());
+  auto d = decode_supervisor_message(f.line);
+  if (!d) std::_Exit(12);
+  return *d.message;
+}
+
+void hello() { send(Hello{{1}, "fake_child/1"}); }
+
+Welcome hello_welcome() {
+  hello();
+  auto m = receive();
+  if (!std::holds_alternative<Welcome>(m)) std::_Exit(13);
+  return std::get<Welcome>(m);
+}
+
+std::size_t arg_size(int argc, char** argv) { return argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "good";
+  if (mode == "no_hello") {
+    ::pause();
+    return 0;
+  }
+  if (mode == "bad_version") {
+    send(Hello{{99}, "future/9"});
+    receive();
+    ::pause();
+    return 0;
+  }
+  Welcome w = hello_welcome();
+  if (mode == "good") {
+    send(ModelRequest{"m1", json::array({{{"role", "user"}, {"content", w.task.brief}}}), json::array(), std::nullopt});
+    auto r = receive();
+    std::string text = std::holds_alternative<ModelResponse>(r) ? std::get<ModelResponse>(r).content : "no answer";
+    send(Final{text.substr(0, 100), text, json::object()});
+    return 0;
+  }
+  if (mode == "big_final") {
+    std::string s;
+    for (std::size_t i = 0; i < arg_size(argc, argv) / 3; ++i) s += "\xE2\x82\xAC";
+    send(Final{s, s, json::object()});
+    return 0;
+  }
+  if (mode == "ignore_wrap_up") {
+    for (int i = 1;; ++i) {
+      send(ModelRequest{"m" + std::to_string(i), json::array(), json::array(), std::nullopt});
+      for (;;) {
+        auto r = receive();
+        if (std::holds_alternative<WrapUp>(r)) {
+          for (;;) ::pause();  // ignores wrap_up: never answers again
+        }
+        if (std::holds_alternative<ModelResponse>(r) || std::holds_alternative<ModelError>(r)) break;
+      }
+    }
+  }
+  if (mode == "crash") {
+    // A real fault, not abort(): as PID 1 of its namespace the child ignores a self-sent SIGABRT.
+    volatile int* p = nullptr;
+    *p = 1;
+  }
+  if (mode == "exit_early") return 3;
+  if (mode == "huge_line") {
+    std::string line(arg_size(argc, argv), 'x');
+    line += "\n";
+    write_all(line);
+    ::pause();
+    return 0;
+  }
+  if (mode == "invalid_utf8") {
+    write_all("{\"type\":\"log\",\"message\":\"\xC3\x28\"}\n");
+    ::pause();
+    return 0;
+  }
+  if (mode == "unknown_type") {
+    write_all("{\"type\":\"teleport\"}\n");
+    ::pause();
+    return 0;
+  }
+  if (mode == "not_json") {
+    write_all("hello there\n");
+    ::pause();
+    return 0;
+  }
+  if (mode == "cut_line") {
+    write_all("{\"type\":\"final\",\"summ");
+    return 0;
+  }
+  if (mode == "flood") {
+    std::size_t n = arg_size(argc, argv);
+    std::string line = encode_line(ChildMessage{Log{"debug", std::string(100, 'f')}});
+    std::string batch;
+    for (int i = 0; i < 64; ++i) batch += line;
+    for (std::size_t i = 0; i < n / 64; ++i) write_all(batch);
+    send(Final{"flooded", "flooded", json::object()});
+    return 0;
+  }
+  if (mode == "grandchild") {
+    pid_t p = ::fork();
+    if (p == 0) {
+      ::setsid();
+      if (::fork() == 0) {
+        ::prctl(PR_SET_NAME, argv[2], 0, 0, 0);  // the test looks for this name in /proc
+        for (;;) ::pause();
+      }
+      std::_Exit(0);
+    }
+    ::sleep(1);
+    return 0;
+  }
+  if (mode == "stderr_lines") {
+    std::fprintf(stderr, "first line\nsecond line\n");
+    std::fflush(stderr);
+    send(Final{"ok", "ok", json::object()});
+    return 0;
+  }
+  return 2;
+}

@@ -1,0 +1,114 @@
+// Small helpers shared by the tests: temporary directories, paths of the built programs, /proc scans.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace test {
+
+namespace fs = std::filesystem;
+
+inline fs::path bin(const std::string& name) { return fs::path(SUBAGENT_BIN_DIR) / name; }
+inline fs::path program(const std::string& name) { return fs::path(SUBAGENT_TEST_PROGRAM_DIR) / name; }
+inline fs::path source(const std::string& rel) { return fs::path(SUBAGENT_SOURCE_DIR) / rel; }
+inline fs::path policy_dir() { return source("policies"); }
+
+// A directory under /tmp, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "subagent-test-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const fs::path& path() const { return path_; }
+  // Writes `content` to `rel` (creating parent directories); returns the absolute path.
+  std::string write(const std::string& rel, const std::string& content) const {
+    fs::path p = path_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << content;
+    return p.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Number of live (non-zombie) processes whose comm is `name`.
+inline int processes_named(const std::string& name) {
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::string comm = line.substr(open + 1, close - open - 1);
+    char state = close + 2 < line.size() ? line[close + 2] : '?';
+    if (comm == name && state != 'Z') ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+struct RunResult {
+  int code = -1;    // exit code, or 128+signal
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs argv (argv[0] is a path) with stdin from /dev/null, or from `input` when given.
+inline RunResult run(const std::vector<std::string>& argv, const std::string& input = "",
+                     const fs::path& cwd = SUBAGENT_SOURCE_DIR) {
+  TempDir io;
+  const std::string in = io.write("in", input), out = (io.path() / "out").string(), err = (io.path() / "err").string();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int i = ::open(in.c_str(), O_RDONLY), o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+        e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(i, 0);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  RunResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+}  // namespace test
