@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,10 +56,17 @@ std::string own_cgroup(const std::string& controller) {
   return {};
 }
 
+// Removes leftovers named "<pid>-<n>" whose supervisor is gone. A live supervisor's cgroups are
+// left alone: one just created is empty until its child is moved in.
 void collect_garbage(const std::string& root) {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec))
-    if (entry.is_directory(ec)) ::rmdir(entry.path().c_str());  // EBUSY while tasks remain
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    pid_t owner = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    if (owner <= 0 || ::kill(owner, 0) == 0 || errno == EPERM) continue;
+    ::rmdir(entry.path().c_str());  // EBUSY while tasks remain
+  }
 }
 
 PidsCgroupRoot find_root() {
