@@ -14,7 +14,7 @@ build_dir=${SUBAGENT_BUILD_DIR:-$here/build}
 packages=(
   g++ cmake ninja-build pkg-config ccache git
   libboost1.81-dev nlohmann-json3-dev libseccomp-dev libcurl4-openssl-dev libssl-dev
-  doctest-dev libre2-dev
+  doctest-dev libre2-dev libgumbo-dev
 )
 
 missing=()

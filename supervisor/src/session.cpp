@@ -331,6 +331,7 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   call.child_id = cfg_.id;
   call.messages = m.messages;
   call.max_thinking_tokens = cfg_.budgets.max_thinking_tokens;
+  call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
   if (wrap_turn) {
     wrap_turn_used_ = true;
     call.tools = json::array();

@@ -5,6 +5,7 @@
 // exactly once per start(), unless cancel() was called first (then never).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,8 @@ struct ModelCall {
   nlohmann::json tools = nlohmann::json::array();     // tool specs the model may call
   std::uint64_t max_tokens = 0;                       // output cap for this call (0: provider default)
   std::uint64_t max_thinking_tokens = 0;
+  // The child's wall-clock deadline: retries and backoff never run past it.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct ModelReply {
