@@ -32,8 +32,13 @@ not be set up (the message names the step); 64 for a bad command line.
 
 pid_t g_child = -1;
 
-void forward_signal(int sig) {
-  if (g_child > 0) ::kill(-g_child, sig);
+// The command may be PID 1 of its own PID namespace, which ignores every signal it has no handler
+// for except SIGKILL: interrupting the supervisor ends the sandboxed command for sure.
+void forward_signal(int) {
+  if (g_child > 0) {
+    ::kill(-g_child, SIGKILL);
+    ::kill(g_child, SIGKILL);
+  }
 }
 
 std::string resolve(const std::string& cmd) {
@@ -120,6 +125,7 @@ int cmd_sandbox(Args args) {
   }
   ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
   ::close(child.pidfd);
+  sandbox::release(child);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 125;

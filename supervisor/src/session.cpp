@@ -156,6 +156,7 @@ void ChildSession::start(DoneHandler on_done) {
     for (const auto& l : sandbox::layers(*plan))
       (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
     sandbox::Child child = sandbox::launch(*plan);
+    launched_ = child;
     pid_ = child.pid;
     proc_.emplace(io_.get_executor(), child.pid, child.pidfd);
     to_child_.assign(in.release_write());
@@ -555,6 +556,7 @@ void ChildSession::on_exit(boost::system::error_code ec) {
   }
   // The leader is gone; anything it left behind in its process group goes too.
   ::kill(-pid_, SIGKILL);
+  sandbox::release(launched_);
   emit({{"event", "exit"},
         {"code", exit_.code ? json(*exit_.code) : json(nullptr)},
         {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}});

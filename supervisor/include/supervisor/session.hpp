@@ -27,6 +27,7 @@
 #include "protocol/envelope.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
+#include "sandbox/launch.hpp"
 #include "supervisor/model.hpp"
 #include "supervisor/preset.hpp"
 
@@ -142,6 +143,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
 
   std::optional<boost::process::v2::process> proc_;
   pid_t pid_ = -1;
+  sandbox::Child launched_;
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
   std::array<char, 65536> read_buf_{};
   std::array<char, 8192> err_buf_{};
