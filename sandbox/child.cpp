@@ -2,8 +2,8 @@
 //
 // ASYNC-SIGNAL-SAFE CODE ONLY. The child is a copy of a possibly multi-threaded parent: another
 // thread may have held malloc's or stdio's lock at clone time. No malloc, no new, no std::string,
-// no locks, no logging, no exceptions, no stdio, no atexit handlers. Only raw syscalls and thin libc
-// syscall wrappers on data the parent prepared. Leave only through execve or _exit.
+// no locks, no logging, no exceptions, no stdio, no atexit handlers. Only raw syscalls and thin
+// libc syscall wrappers on data the parent prepared. Leave only through execve or _exit.
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>

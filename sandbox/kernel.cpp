@@ -28,8 +28,8 @@ std::vector<LayerStatus> kernel_support() {
     LayerStatus process_cap =
         !root ? LayerStatus{"process_cap", true, "RLIMIT_NPROC binds this non-root uid"}
         : cg.path.empty()
-            ? LayerStatus{"process_cap", false, "running as root (RLIMIT_NPROC does not bind) and " +
-                                                    cg.detail}
+            ? LayerStatus{"process_cap", false,
+                          "running as root (RLIMIT_NPROC does not bind) and " + cg.detail}
             : LayerStatus{"process_cap", true, cg.detail};
     support = {
         {"no_new_privs", true, "PR_SET_NO_NEW_PRIVS (Linux 3.5)"},

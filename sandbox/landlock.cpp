@@ -97,8 +97,8 @@ LandlockRuleset build_landlock(const LandlockPaths& paths, const std::string& wo
     if (landlock_add_rule(ruleset.fd, kLandlockRulePathBeneath, &rule) != 0)
       fail("adding the rule for '" + path + "'", errno);
   }
-  out.detail = "ABI " + std::to_string(out.abi) + ", " + std::to_string(rights.size()) +
-               " path rules";
+  out.detail =
+      "ABI " + std::to_string(out.abi) + ", " + std::to_string(rights.size()) + " path rules";
   if (out.tcp_denied) out.detail += ", TCP bind/connect denied";
   if (!skipped.empty()) out.detail += ", skipped missing paths: " + skipped;
   out.fd = ruleset.fd;

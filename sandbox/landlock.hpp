@@ -12,8 +12,8 @@ struct LandlockPaths {
 };
 
 struct LandlockRuleset {
-  int fd = -1;       // O_CLOEXEC ruleset fd, owned by the caller; -1 when Landlock is absent
-  int abi = 0;       // ABI the ruleset was built for
+  int fd = -1;  // O_CLOEXEC ruleset fd, owned by the caller; -1 when Landlock is absent
+  int abi = 0;  // ABI the ruleset was built for
   bool scoped = false;
   bool tcp_denied = false;
   std::string detail;  // human-readable summary, including skipped (missing) paths

@@ -38,9 +38,9 @@ struct Substitution {
 // Returns false when the template names ${child} and the request has no child directory.
 bool substitute(const std::string& in, const Substitution& sub, std::string* out) {
   std::string result = in;
-  for (const auto& [key, value] : {std::pair<std::string, const std::string*>{"${workspace}",
-                                                                             &sub.workspace},
-                                   {"${child}", &sub.child}}) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, const std::string*>{"${workspace}", &sub.workspace},
+        {"${child}", &sub.child}}) {
     std::size_t pos;
     while ((pos = result.find(key)) != std::string::npos) {
       if (value->empty()) return false;
@@ -51,8 +51,8 @@ bool substitute(const std::string& in, const Substitution& sub, std::string* out
   return true;
 }
 
-std::vector<std::string> substitute_all(const std::vector<std::string>& in,
-                                        const Substitution& sub, std::string* dropped) {
+std::vector<std::string> substitute_all(const std::vector<std::string>& in, const Substitution& sub,
+                                        std::string* dropped) {
   std::vector<std::string> out;
   for (const auto& t : in) {
     std::string s;
@@ -121,25 +121,44 @@ void reap(pid_t pid) noexcept {
 
 const char* step_name(Step step) noexcept {
   switch (step) {
-    case Step::kSignals: return "reset_signals";
-    case Step::kPdeathsig: return "pdeathsig";
-    case Step::kDupStdio: return "dup_stdio";
-    case Step::kSetsid: return "setsid";
-    case Step::kCloseFds: return "close_fds";
-    case Step::kSetgroups: return "setgroups";
-    case Step::kLoopback: return "loopback_up";
-    case Step::kMountSlave: return "mount_make_slave";
-    case Step::kProtect: return "protect_read_only";
-    case Step::kRlimits: return "setrlimit";
-    case Step::kSecurebits: return "securebits";
-    case Step::kCapBounding: return "capability_bounding_set";
-    case Step::kCapAmbient: return "capability_ambient_clear";
-    case Step::kCapset: return "capset";
-    case Step::kNoNewPrivs: return "no_new_privs";
-    case Step::kChdir: return "chdir_workspace";
-    case Step::kLandlock: return "landlock_restrict_self";
-    case Step::kSeccomp: return "seccomp_set_mode_filter";
-    case Step::kExecve: return "execve";
+    case Step::kSignals:
+      return "reset_signals";
+    case Step::kPdeathsig:
+      return "pdeathsig";
+    case Step::kDupStdio:
+      return "dup_stdio";
+    case Step::kSetsid:
+      return "setsid";
+    case Step::kCloseFds:
+      return "close_fds";
+    case Step::kSetgroups:
+      return "setgroups";
+    case Step::kLoopback:
+      return "loopback_up";
+    case Step::kMountSlave:
+      return "mount_make_slave";
+    case Step::kProtect:
+      return "protect_read_only";
+    case Step::kRlimits:
+      return "setrlimit";
+    case Step::kSecurebits:
+      return "securebits";
+    case Step::kCapBounding:
+      return "capability_bounding_set";
+    case Step::kCapAmbient:
+      return "capability_ambient_clear";
+    case Step::kCapset:
+      return "capset";
+    case Step::kNoNewPrivs:
+      return "no_new_privs";
+    case Step::kChdir:
+      return "chdir_workspace";
+    case Step::kLandlock:
+      return "landlock_restrict_self";
+    case Step::kSeccomp:
+      return "seccomp_set_mode_filter";
+    case Step::kExecve:
+      return "execve";
   }
   return "unknown";
 }
@@ -152,9 +171,7 @@ void PlanDeleter::operator()(Plan* p) const noexcept { delete p; }
 
 PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   const std::string& src = policy.source;
-  auto error = [&](const std::string& what) {
-    return SandboxError("policy " + src + ": " + what);
-  };
+  auto error = [&](const std::string& what) { return SandboxError("policy " + src + ": " + what); };
   if (request.executable.empty() || request.executable.front() != '/')
     throw SandboxError("launch request: executable must be an absolute path (got '" +
                        request.executable + "')");
@@ -172,9 +189,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
 
   PlanPtr plan(new Plan);
   plan->policy_source = src;
-  const Substitution sub{request.workspace.lexically_normal().string(),
-                         request.child_dir.empty() ? std::string()
-                                                   : request.child_dir.lexically_normal().string()};
+  const Substitution sub{
+      request.workspace.lexically_normal().string(),
+      request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string()};
   plan->workspace = sub.workspace;
   plan->executable = request.executable;
   plan->stdio[0] = request.stdin_fd;
@@ -195,7 +212,8 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   for (const auto& [name, value] : policy.env_set) {
     std::string v;
     if (!substitute(value, sub, &v))
-      throw error("sandbox.environment.set." + name + " uses ${child}, but the launch request has "
+      throw error("sandbox.environment.set." + name +
+                  " uses ${child}, but the launch request has "
                   "no child directory");
     env[name] = v;
   }
@@ -308,21 +326,21 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
       struct statvfs vfs {};
       if (::statvfs(target.c_str(), &vfs) != 0) {
         if (errno != ENOENT)
-          throw error("protected path '" + target + "' cannot be inspected: " +
-                      std::strerror(errno));
+          throw error("protected path '" + target +
+                      "' cannot be inspected: " + std::strerror(errno));
         missing += (missing.empty() ? "" : ", ") + target;
         continue;
       }
       const unsigned long locked =
           MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME;
-      plan->protect.push_back(
-          {target, MS_BIND | MS_REMOUNT | MS_RDONLY | (vfs.f_flag & locked)});
+      plan->protect.push_back({target, MS_BIND | MS_REMOUNT | MS_RDONLY | (vfs.f_flag & locked)});
       protected_detail += (protected_detail.empty() ? "" : ", ") + target;
     }
     if (!plan->protect.empty() && !(flags & CLONE_NEWNS))
-      throw error("protected paths (" + protected_detail +
-                  ") need the mount namespace, which is not available: " +
-                  (ns_detail["mount"].empty() ? "not requested by the policy" : ns_detail["mount"]));
+      throw error(
+          "protected paths (" + protected_detail +
+          ") need the mount namespace, which is not available: " +
+          (ns_detail["mount"].empty() ? "not requested by the policy" : ns_detail["mount"]));
     protected_detail = protected_detail.empty() ? "" : "; read-only: " + protected_detail;
     if (!missing.empty()) protected_detail += "; protected but absent: " + missing;
   }
@@ -378,8 +396,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
                    std::to_string(plan->gid)),
       ns_layer("pid_namespace", "pid", CLONE_NEWPID,
                "the target is PID 1; every descendant dies with it"),
-      ns_layer("net_namespace", "net", CLONE_NEWNET,
-               plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),
+      ns_layer(
+          "net_namespace", "net", CLONE_NEWNET,
+          plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),
       ns_layer("ipc_namespace", "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
       ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
       ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table" + protected_detail),
@@ -469,8 +488,8 @@ Child launch(const Plan& plan) {
   if (n != static_cast<ssize_t>(sizeof record))
     throw SandboxError(std::string("launch: reading the child's status failed: ") +
                        (n < 0 ? std::strerror(read_errno) : "short record"));
-  std::string what = std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) +
-                     "' failed";
+  std::string what =
+      std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
   if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
   throw SandboxError(what + ": " + std::strerror(record.error));
 }

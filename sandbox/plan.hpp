@@ -76,9 +76,9 @@ class Plan {
   bool user_ns = false;
   uid_t uid = 0;
   gid_t gid = 0;
-  bool drop_groups = false;   // setgroups(0, NULL) in the child
-  bool have_setpcap = false;  // can set securebits and empty the bounding set
-  bool loopback = false;      // bring up lo in the new network namespace
+  bool drop_groups = false;             // setgroups(0, NULL) in the child
+  bool have_setpcap = false;            // can set securebits and empty the bounding set
+  bool loopback = false;                // bring up lo in the new network namespace
   std::vector<ProtectedMount> protect;  // needs the mount namespace
 
   std::string cgroup_root;  // per-launch pids cgroups are made here; empty = none

@@ -105,9 +105,9 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   Parser p(source);
   const std::string root = "sandbox";
   if (!section.is_object()) p.fail(root, "must be an object");
-  p.check_keys(section, root,
-               {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment",
-                "required"});
+  p.check_keys(
+      section, root,
+      {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment", "required"});
   for (const char* key : {"filesystem", "network", "rlimits", "namespaces", "environment"})
     if (!section.contains(key)) p.fail(root + "." + key, "is missing");
 
@@ -142,9 +142,9 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   }
 
   const std::string rl = root + ".rlimits";
-  const json& rlimits = p.object(section, rl, "rlimits",
-                                 {"address_space_mb", "cpu_seconds", "open_files", "file_size_mb",
-                                  "core_mb", "processes"});
+  const json& rlimits = p.object(
+      section, rl, "rlimits",
+      {"address_space_mb", "cpu_seconds", "open_files", "file_size_mb", "core_mb", "processes"});
   policy.rlimits.address_space_mb = p.count(rlimits, rl, "address_space_mb");
   policy.rlimits.cpu_seconds = p.count(rlimits, rl, "cpu_seconds");
   policy.rlimits.open_files = p.count(rlimits, rl, "open_files");

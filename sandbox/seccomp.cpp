@@ -1,8 +1,8 @@
 #include "seccomp.hpp"
 
-#include <sys/ioctl.h>
 #include <errno.h>
 #include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,15 +24,53 @@ namespace {
 
 // Denied with EPERM in every preset: escapes from the sandbox, the kernel's biggest attack surface
 // for unprivileged code, and operations on machine-wide state.
-constexpr const char* kBaselineDenied[] = {
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "bpf", "perf_event_open", "userfaultfd", "keyctl",
-    "add_key", "request_key", "mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick",
-    "move_mount", "open_tree", "mount_setattr", "unshare", "setns", "chroot", "pivot_root",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-    "swapon", "swapoff", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "open_by_handle_at", "name_to_handle_at", "acct", "quotactl", "iopl", "ioperm", "syslog",
-    "vhangup", "uselib"};
+constexpr const char* kBaselineDenied[] = {"ptrace",
+                                           "process_vm_readv",
+                                           "process_vm_writev",
+                                           "pidfd_getfd",
+                                           "io_uring_setup",
+                                           "io_uring_enter",
+                                           "io_uring_register",
+                                           "bpf",
+                                           "perf_event_open",
+                                           "userfaultfd",
+                                           "keyctl",
+                                           "add_key",
+                                           "request_key",
+                                           "mount",
+                                           "umount2",
+                                           "fsopen",
+                                           "fsconfig",
+                                           "fsmount",
+                                           "fspick",
+                                           "move_mount",
+                                           "open_tree",
+                                           "mount_setattr",
+                                           "unshare",
+                                           "setns",
+                                           "chroot",
+                                           "pivot_root",
+                                           "init_module",
+                                           "finit_module",
+                                           "delete_module",
+                                           "kexec_load",
+                                           "kexec_file_load",
+                                           "reboot",
+                                           "swapon",
+                                           "swapoff",
+                                           "settimeofday",
+                                           "clock_settime",
+                                           "clock_adjtime",
+                                           "adjtimex",
+                                           "open_by_handle_at",
+                                           "name_to_handle_at",
+                                           "acct",
+                                           "quotactl",
+                                           "iopl",
+                                           "ioperm",
+                                           "syslog",
+                                           "vhangup",
+                                           "uselib"};
 
 struct NamedFlag {
   const char* name;
@@ -42,9 +80,9 @@ struct NamedFlag {
 // CLONE_NEWTIME (0x80) overlaps the exit-signal byte of clone(2); only clone3 and unshare take it,
 // and both are refused whole.
 constexpr NamedFlag kNamespaceFlags[] = {
-    {"CLONE_NEWUSER", CLONE_NEWUSER}, {"CLONE_NEWPID", CLONE_NEWPID},
-    {"CLONE_NEWNET", CLONE_NEWNET},   {"CLONE_NEWNS", CLONE_NEWNS},
-    {"CLONE_NEWIPC", CLONE_NEWIPC},   {"CLONE_NEWUTS", CLONE_NEWUTS},
+    {"CLONE_NEWUSER", CLONE_NEWUSER},    {"CLONE_NEWPID", CLONE_NEWPID},
+    {"CLONE_NEWNET", CLONE_NEWNET},      {"CLONE_NEWNS", CLONE_NEWNS},
+    {"CLONE_NEWIPC", CLONE_NEWIPC},      {"CLONE_NEWUTS", CLONE_NEWUTS},
     {"CLONE_NEWCGROUP", CLONE_NEWCGROUP}};
 
 struct Rule {
@@ -70,19 +108,30 @@ std::vector<Rule> rules_for(const Policy& policy) {
     if (whole.count(rule.syscall) == 0) rules.push_back(std::move(rule));
   };
   for (const NamedFlag& flag : kNamespaceFlags)
-    conditional({"clone", SCMP_ACT_ERRNO(EPERM), "errno EPERM",
+    conditional({"clone",
+                 SCMP_ACT_ERRNO(EPERM),
+                 "errno EPERM",
                  {SCMP_A0(SCMP_CMP_MASKED_EQ, flag.value, flag.value)},
                  std::string("flags & ") + flag.name});
   // The request argument is an int in the kernel: compare only its low 32 bits (CVE-2019-10063).
-  conditional({"ioctl", SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-               {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)}, "request == TIOCSTI"});
-  conditional({"ioctl", SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-               {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)}, "request == TIOCLINUX"});
+  conditional({"ioctl",
+               SCMP_ACT_ERRNO(EPERM),
+               "errno EPERM",
+               {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)},
+               "request == TIOCSTI"});
+  conditional({"ioctl",
+               SCMP_ACT_ERRNO(EPERM),
+               "errno EPERM",
+               {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)},
+               "request == TIOCLINUX"});
   if (policy.network == "none") {
     // Not-equal on the full 64 bits fails closed when the high bits of the int hold garbage.
     for (const char* call : {"socket", "socketpair"})
-      conditional({call, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT",
-                   {SCMP_A0(SCMP_CMP_NE, AF_UNIX)}, "domain != AF_UNIX"});
+      conditional({call,
+                   SCMP_ACT_ERRNO(EAFNOSUPPORT),
+                   "errno EAFNOSUPPORT",
+                   {SCMP_A0(SCMP_CMP_NE, AF_UNIX)},
+                   "domain != AF_UNIX"});
   }
   return rules;
 }
@@ -109,7 +158,8 @@ std::vector<sock_filter> compile_seccomp(const Policy& policy) {
     fail("clearing the no_new_privs attribute", rc);
   for (const Rule& rule : rules_for(policy)) {
     int nr = seccomp_syscall_resolve_name(rule.syscall.c_str());
-    if (nr == __NR_SCMP_ERROR) throw SandboxError("seccomp: unknown syscall '" + rule.syscall + "'");
+    if (nr == __NR_SCMP_ERROR)
+      throw SandboxError("seccomp: unknown syscall '" + rule.syscall + "'");
     int rc = seccomp_rule_add_array(ctx.get(), rule.action, nr,
                                     static_cast<unsigned>(rule.args.size()), rule.args.data());
     if (rc != 0) fail("adding the rule for " + rule.syscall, rc);
@@ -129,8 +179,8 @@ std::vector<sock_filter> compile_seccomp(const Policy& policy) {
   std::size_t done = 0;
   auto* bytes = reinterpret_cast<char*>(program.data());
   while (done < static_cast<std::size_t>(size)) {
-    ssize_t n = ::pread(fd, bytes + done, static_cast<std::size_t>(size) - done,
-                        static_cast<off_t>(done));
+    ssize_t n =
+        ::pread(fd, bytes + done, static_cast<std::size_t>(size) - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail("reading the exported filter", n < 0 ? errno : EIO);
     done += static_cast<std::size_t>(n);
@@ -144,7 +194,8 @@ std::vector<SyscallDecision> syscall_table(const Policy& policy) {
   table.push_back({"*", "allow", "any syscall not listed below (native x86_64 ABI)"});
   table.push_back({"*", "kill process", "non-native architecture (ia32 int 0x80) or x32 number"});
   for (Rule& rule : rules_for(policy))
-    table.push_back({std::move(rule.syscall), std::move(rule.action_text), std::move(rule.condition)});
+    table.push_back(
+        {std::move(rule.syscall), std::move(rule.action_text), std::move(rule.condition)});
   return table;
 }
 

@@ -1,6 +1,5 @@
-// The Landlock layer: filesystem rules and scopes, each denial next to its twin without the sandbox.
-#include "sandbox/launch.hpp"
-
+// The Landlock layer: filesystem rules and scopes, each denial next to its twin without the
+// sandbox.
 #include <doctest/doctest.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -105,7 +104,6 @@ Outcome run_plain(std::vector<std::string> args) {
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
 
-
 void write_file(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 }  // namespace
@@ -136,11 +134,12 @@ TEST_CASE("a hard link to a file outside the roots cannot be made") {
   auto policy = explore_policy();
   policy.write_paths = {"${workspace}"};
   CHECK(exit_code(run_plain({"link", (outside.path / "secret.txt").string(),
-                             (ws.path / "plain-hard.txt").string()}).status) == 0);
-  int rc = exit_code(run_sandboxed(policy, request_for(ws.path, {"link",
-                                                                 (outside.path / "secret.txt").string(),
-                                                                 (ws.path / "hard.txt").string()}))
-                         .status);
+                             (ws.path / "plain-hard.txt").string()})
+                      .status) == 0);
+  int rc = exit_code(
+      run_sandboxed(policy, request_for(ws.path, {"link", (outside.path / "secret.txt").string(),
+                                                  (ws.path / "hard.txt").string()}))
+          .status);
   CHECK((rc == EXDEV || rc == EACCES));
   CHECK(!fs::exists(ws.path / "hard.txt"));
 }
@@ -173,11 +172,10 @@ TEST_CASE("a program outside the execute roots cannot be executed") {
   auto req = request_for(ws.path, {"true"});
   req.executable = (ws.path / "probe-copy").string();
   auto plan = sandbox::prepare(explore_policy(), req);
-  CHECK_THROWS_WITH_AS(sandbox::launch(*plan),
-                       ("sandbox step 'execve' failed for '" + req.executable +
-                        "': Permission denied")
-                           .c_str(),
-                       sandbox::SandboxError);
+  CHECK_THROWS_WITH_AS(
+      sandbox::launch(*plan),
+      ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied").c_str(),
+      sandbox::SandboxError);
 }
 
 TEST_CASE("signals to processes outside the sandbox are scoped away (Landlock ABI 6)") {
@@ -201,7 +199,8 @@ TEST_CASE("protected paths inside a write root are read-only; the rest of the ro
   const fs::path hook = ws.path / ".git" / "hooks" / "pre-commit";
   CHECK(exit_code(run_plain({"write", (ws.path / ".git" / "plain").string()}).status) == 0);
   auto boxed = [&](const fs::path& target) {
-    return exit_code(run_sandboxed(policy, request_for(ws.path, {"write", target.string()})).status);
+    return exit_code(
+        run_sandboxed(policy, request_for(ws.path, {"write", target.string()})).status);
   };
   CHECK(boxed(hook) == EROFS);
   CHECK(boxed(ws.path / ".git" / "config") == EROFS);

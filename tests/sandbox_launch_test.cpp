@@ -1,6 +1,4 @@
 // Launch mechanics: exit status, the status pipe, fds, environment, PID namespace, pdeathsig.
-#include "sandbox/launch.hpp"
-
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,6 +12,7 @@
 #include <sstream>
 
 #include "sandbox/explain.hpp"
+#include "sandbox/launch.hpp"
 #include "sandbox/policy.hpp"
 
 namespace fs = std::filesystem;
@@ -143,7 +142,8 @@ TEST_CASE("a failing sandbox step is reported by name, and the target never runs
     sandbox::launch(*plan);
     FAIL("launch succeeded");
   } catch (const sandbox::SandboxError& e) {
-    CHECK(std::string(e.what()) == "sandbox step 'chdir_workspace' failed: No such file or directory");
+    CHECK(std::string(e.what()) ==
+          "sandbox step 'chdir_workspace' failed: No such file or directory");
   }
   fs::create_directory(ws.path);
 }
@@ -173,7 +173,8 @@ TEST_CASE("no fd but 0, 1 and 2 reaches the child") {
   ::close(leak);
 }
 
-TEST_CASE("the environment holds the allowlist, the policy's values and the request's, nothing else") {
+TEST_CASE(
+    "the environment holds the allowlist, the policy's values and the request's, nothing else") {
   TempDir ws;
   ::setenv("SANDBOX_TEST_SECRET", "hunter2", 1);
   ::setenv("LANG", "C.UTF-8", 1);
@@ -183,8 +184,8 @@ TEST_CASE("the environment holds the allowlist, the policy's values and the requ
   req.extra_env = {"SUBAGENT_PROTOCOL=1"};
   auto boxed = run_sandboxed(explore_policy(), req);
   CHECK(exit_code(boxed.status) == 0);
-  std::string expected = "HOME=" + ws.path.string() +
-                         "\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
+  std::string expected =
+      "HOME=" + ws.path.string() + "\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
   CHECK(boxed.out == expected);
   ::unsetenv("SANDBOX_TEST_SECRET");
 }

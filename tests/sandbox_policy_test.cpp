@@ -1,10 +1,10 @@
 // parse_policy: the shipped format parses; every kind of mistake is an error naming file and field.
-#include "sandbox/policy.hpp"
-
 #include <doctest/doctest.h>
 
 #include <fstream>
 #include <sstream>
+
+#include "sandbox/policy.hpp"
 
 namespace {
 
@@ -52,18 +52,25 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "policy test.json: sandbox.rlimits.cpu_seconds must be a non-negative integer");
   CHECK(with([](auto& j) { j["rlimits"].erase("processes"); }) ==
         "policy test.json: sandbox.rlimits.processes is missing");
-  CHECK(with([](auto& j) { j["rlimits"]["stack_mb"] = 8; }).starts_with(
-      "policy test.json: sandbox.rlimits.stack_mb is not a known field"));
-  CHECK(with([](auto& j) { j["extra"] = 1; }).starts_with(
-      "policy test.json: sandbox.extra is not a known field"));
-  CHECK(with([](auto& j) { j["syscalls"]["deny"] = {"ptrace", "no_such_call"}; }) ==
-        "policy test.json: sandbox.syscalls.deny[1] names an unknown syscall 'no_such_call'");
-  CHECK(with([](auto& j) { j["namespaces"] = {"user", "time"}; }).starts_with(
-      "policy test.json: sandbox.namespaces[1] names an unknown namespace 'time'"));
-  CHECK(with([](auto& j) { j["namespaces"] = {"pid", "pid"}; }) ==
-        "policy test.json: sandbox.namespaces[1] repeats 'pid'");
-  CHECK(with([](auto& j) { j["required"] = {"landlock", "selinux"}; }) ==
-        "policy test.json: sandbox.required[1] names an unknown layer 'selinux'");
+  CHECK(with([](auto& j) {
+          j["rlimits"]["stack_mb"] = 8;
+        }).starts_with("policy test.json: sandbox.rlimits.stack_mb is not a known field"));
+  CHECK(with([](auto& j) {
+          j["extra"] = 1;
+        }).starts_with("policy test.json: sandbox.extra is not a known field"));
+  CHECK(with([](auto& j) {
+          j["syscalls"]["deny"] = {"ptrace", "no_such_call"};
+        }) == "policy test.json: sandbox.syscalls.deny[1] names an unknown syscall 'no_such_call'");
+  CHECK(
+      with([](auto& j) {
+        j["namespaces"] = {"user", "time"};
+      }).starts_with("policy test.json: sandbox.namespaces[1] names an unknown namespace 'time'"));
+  CHECK(with([](auto& j) {
+          j["namespaces"] = {"pid", "pid"};
+        }) == "policy test.json: sandbox.namespaces[1] repeats 'pid'");
+  CHECK(with([](auto& j) {
+          j["required"] = {"landlock", "selinux"};
+        }) == "policy test.json: sandbox.required[1] names an unknown layer 'selinux'");
   CHECK(with([](auto& j) { j["network"] = "internet"; }) ==
         "policy test.json: sandbox.network must be \"none\", \"loopback\" or \"host\" (got "
         "\"internet\")");
@@ -76,8 +83,9 @@ TEST_CASE("mistakes are errors that name the file and the field") {
   CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${home}/x"}; }) ==
         "policy test.json: sandbox.filesystem.write[0] uses an unknown template ('${home}/x'); "
         "only ${workspace} and ${child} exist");
-  CHECK(with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
-        "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
+  CHECK(
+      with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
+      "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
   CHECK(with([](auto& j) { j["environment"]["allow"] = {"BAD-NAME"}; }) ==
         "policy test.json: sandbox.environment.allow[0] is not a valid variable name ('BAD-NAME')");
   CHECK(with([](auto& j) { j["environment"]["set"]["X"] = 1; }) ==

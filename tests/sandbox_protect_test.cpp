@@ -1,12 +1,12 @@
 // protect_self: run in a forked child (it is irreversible), assert through the exit status.
-#include "sandbox/protect.hpp"
-
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "sandbox/protect.hpp"
 
 namespace {
 

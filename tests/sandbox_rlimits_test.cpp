@@ -1,6 +1,4 @@
 // rlimits and the process cap: each limit holds a bomb that runs to completion without the sandbox.
-#include "sandbox/launch.hpp"
-
 #include <doctest/doctest.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -105,7 +103,6 @@ Outcome run_plain(std::vector<std::string> args) {
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
 
-
 }  // namespace
 
 TEST_CASE("a fork bomb is held by the process cap, also as root") {
@@ -113,7 +110,8 @@ TEST_CASE("a fork bomb is held by the process cap, also as root") {
   auto policy = explore_policy();
   policy.rlimits.processes = 16;
   CHECK(exit_code(run_plain({"forkbomb", "64"}).status) == 0);
-  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"forkbomb", "64"})).status) == EAGAIN);
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"forkbomb", "64"})).status) ==
+        EAGAIN);
 }
 
 TEST_CASE("a memory bomb is held by the address-space limit") {

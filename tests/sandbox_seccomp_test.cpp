@@ -1,7 +1,5 @@
 // The seccomp layer: every baseline denial, each next to its twin showing the same action works
 // without the sandbox. Exit codes are the probe's errno (see tests/programs/sandbox_probe.cpp).
-#include "sandbox/explain.hpp"
-
 #include <doctest/doctest.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "sandbox/explain.hpp"
 #include "sandbox/launch.hpp"
 #include "sandbox/policy.hpp"
 
@@ -104,7 +103,6 @@ Outcome run_plain(std::vector<std::string> args) {
 }
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status); }
-
 
 struct Case {
   const char* action;

@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -264,12 +264,14 @@ int do_privileges() {
     if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) ++bounding;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1) ++ambient;
   }
-  auto both = [](unsigned hi, unsigned lo) { return (static_cast<unsigned long long>(hi) << 32) | lo; };
+  auto both = [](unsigned hi, unsigned lo) {
+    return (static_cast<unsigned long long>(hi) << 32) | lo;
+  };
   printf("effective %llx\npermitted %llx\ninheritable %llx\n",
          both(data[1].effective, data[0].effective), both(data[1].permitted, data[0].permitted),
          both(data[1].inheritable, data[0].inheritable));
-  printf("bounding %d\nambient %d\nno_new_privs %d\nsession_leader %d\nsecurebits %x\n",
-         bounding, ambient, prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), getsid(0) == getpid(),
+  printf("bounding %d\nambient %d\nno_new_privs %d\nsession_leader %d\nsecurebits %x\n", bounding,
+         ambient, prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), getsid(0) == getpid(),
          prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
   fflush(stdout);
   return 0;

@@ -10,8 +10,9 @@
 namespace sandbox {
 
 struct SyscallDecision {
-  std::string syscall;    // syscall name, or "*" for the default / architecture rows
-  std::string action;     // "allow", "errno EPERM", "errno ENOSYS", "errno EAFNOSUPPORT", "kill process"
+  std::string syscall;  // syscall name, or "*" for the default / architecture rows
+  std::string
+      action;  // "allow", "errno EPERM", "errno ENOSYS", "errno EAFNOSUPPORT", "kill process"
   std::string condition;  // empty when unconditional, e.g. "flags & CLONE_NEWUSER"
 };
 
