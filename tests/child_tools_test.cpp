@@ -1,6 +1,7 @@
 #include "child/tools.hpp"
 
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,6 +90,19 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 bool running_as_root() { return ::geteuid() == 0; }
+
+// True once `pid` is gone or a zombie (a zombie has been killed; init reaps it).
+bool process_gone(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (stat.empty()) return true;
+    auto rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') return true;
+    ::usleep(10000);
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -199,6 +213,24 @@ TEST_CASE("read_file: max_bytes stops at a line and says where to continue") {
   auto more = ws.run("read_file", {{"path", "big.txt"}, {"start_line", next}, {"max_bytes", 2000}});
   REQUIRE(more.ok);
   CHECK(has(more.content, std::to_string(next) + "\tline " + std::to_string(next) + "\n"));
+}
+
+TEST_CASE("read_file: a first line longer than the limit is cut on a character boundary") {
+  Ws ws;
+  std::string line;
+  for (int i = 0; i < 3000; ++i) line += "\xc3\xa9";  // 'é', two bytes
+  put(ws / "long.txt", "x" + line + "\nnext\n");
+  for (int max : {1000, 1001, 1002, 1003}) {
+    CAPTURE(max);
+    auto out = ws.run("read_file", {{"path", "long.txt"}, {"max_bytes", max}});
+    REQUIRE(out.ok);
+    CHECK(has(out.content, " [line cut]\n"));
+    CHECK_FALSE(has(out.content, "\xef\xbf\xbd"));  // no replacement character: cut was clean
+    CHECK_FALSE(has(out.content, "next"));
+    CHECK(has(out.content, "is longer than the output limit"));
+  }
+  auto out = ws.run("read_file", {{"path", "long.txt"}, {"start_line", 2}, {"max_bytes", 1000}});
+  CHECK(has(out.content, "   2\tnext\n"));
 }
 
 TEST_CASE("read_file: binary detection") {
@@ -690,6 +722,52 @@ TEST_CASE("run_command: exit code, merged output, cwd, cap, timeout") {
   CHECK(has(out.content, "'timeout_seconds'"));
 }
 
+TEST_CASE("run_command: the command's process group does not outlive the call") {
+  Ws ws;
+  auto out = ws.run("run_command", {{"command", "sleep 37 & echo $!"}});
+  CHECK(out.exit_code == 0);
+  pid_t bg = std::atoi(out.content.c_str());
+  REQUIRE(bg > 1);
+  CHECK(process_gone(bg));
+
+  out = ws.run("run_command", {{"command", "sleep 38 & echo $!; sleep 30"}, {"timeout_seconds", 1}});
+  CHECK(out.exit_code == 124);
+  bg = std::atoi(out.content.c_str());
+  REQUIRE(bg > 1);
+  CHECK(process_gone(bg));
+
+  // The twin: without the cleanup a background sleep is still alive after its shell returns.
+  FILE* p = ::popen("sleep 39 >/dev/null 2>&1 & echo $!", "r");
+  REQUIRE(p != nullptr);
+  char buf[32] = {};
+  REQUIRE(std::fgets(buf, sizeof buf, p) != nullptr);
+  ::pclose(p);
+  pid_t twin = std::atoi(buf);
+  REQUIRE(twin > 1);
+  CHECK(::kill(twin, 0) == 0);
+  ::kill(twin, SIGKILL);
+}
+
+TEST_CASE("FIFOs in the workspace never block a tool") {
+  Ws ws;
+  REQUIRE(::mkfifo((ws / "fifo").c_str(), 0644) == 0);
+  put(ws / "a.txt", "needle\n");
+  auto out = ws.run("read_file", {{"path", "fifo"}});
+  CHECK_FALSE(out.ok);
+  CHECK(has(out.content, "not a regular file"));
+  out = ws.run("write_file", {{"path", "fifo"}, {"content", "x"}});
+  CHECK_FALSE(out.ok);
+  CHECK(has(out.content, "not a regular file"));
+  out = ws.run("edit_file", {{"path", "fifo"}, {"old_string", "a"}, {"new_string", "b"}});
+  CHECK_FALSE(out.ok);
+  out = ws.run("grep", {{"pattern", "needle"}});
+  CHECK(has(out.content, "a.txt:1: needle"));
+  out = ws.run("grep", {{"pattern", "needle"}, {"path", "fifo"}});
+  CHECK(has(out.content, "no matches"));
+  out = ws.run("list_dir", json::object());
+  CHECK(has(out.content, "fifo  (special file)"));
+}
+
 TEST_CASE("run_command: inherited descriptors do not reach the command") {
   Ws ws;
   int fds[2];
@@ -775,6 +853,20 @@ TEST_CASE("git views on a temporary repository") {
   out = ws.run("git_show", {{"rev", "no-such-rev"}});
   CHECK_FALSE(out.ok);
   CHECK(has(out.content, "git show failed"));
+}
+
+TEST_CASE("git views: a repository above the workspace is out of scope") {
+  Ws ws;
+  auto sh = [](const std::string& c) { REQUIRE(std::system((c + " >/dev/null 2>&1").c_str()) == 0); };
+  sh("cd '" + ws.dir.path().string() + "' && git init -q .");
+  fs::create_directories(ws / "sub");
+  child::ToolContext sub = ws.ctx;
+  sub.workspace = ws / "sub";
+  auto out = child::run_tool("git_status", json::object(), sub);
+  CHECK_FALSE(out.ok);
+  CHECK(has(out.content, "not a git repository"));
+  out = child::run_tool("git_status", json::object(), ws.ctx);  // the twin
+  CHECK(out.ok);
 }
 
 TEST_CASE("git views: a repository's external diff and pager settings are not used") {

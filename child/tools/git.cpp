@@ -43,6 +43,8 @@ ToolOutput run_git(const ToolContext& ctx, const std::string& what,
                "-C", ws};
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = current_environment({"GIT_", "PAGER=", "LESS"});
+  // Repository discovery stops at the workspace: a repository above it is out of scope.
+  spec.env.push_back("GIT_CEILING_DIRECTORIES=" + ctx.workspace.parent_path().string());
   for (const char* e : {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
                         "GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat",
                         "PAGER=cat", "GIT_NO_REPLACE_OBJECTS=1"}) {

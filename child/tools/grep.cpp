@@ -161,7 +161,7 @@ class Grep {
   // Returns false when the file could not be opened (errno in *err).
   bool search_file_at(int dirfd, const char* name, const std::string& rel, int extra_flags,
                       int* err = nullptr) {
-    int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | extra_flags);
+    int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | extra_flags);
     if (fd < 0) {
       if (err) *err = errno;
       ++unreadable_;
@@ -232,10 +232,9 @@ class Grep {
   bool next_match(const char* d, std::size_t n, std::size_t pos, std::size_t& ms,
                   std::size_t& me) const {
     if (literal_) {
-      std::string_view hay(d + pos, n - pos);
-      std::size_t k = hay.find(*literal_);
-      if (k == std::string_view::npos) return false;
-      ms = pos + k;
+      const void* hit = ::memmem(d + pos, n - pos, literal_->data(), literal_->size());
+      if (!hit) return false;
+      ms = static_cast<std::size_t>(static_cast<const char*>(hit) - d);
       me = ms + literal_->size();
       return true;
     }
@@ -259,9 +258,9 @@ class Grep {
     while (pos < n) {
       if (!required_.empty()) {
         // A matching line contains the required literal: start at the next line that does.
-        std::string_view rest(d + pos, n - pos);
-        std::size_t k = rest.find(required_);
-        if (k == std::string_view::npos) break;
+        const void* hit = ::memmem(d + pos, n - pos, required_.data(), required_.size());
+        if (!hit) break;
+        std::size_t k = static_cast<std::size_t>(static_cast<const char*>(hit) - d) - pos;
         if (k > 0) {
           const char* nl = static_cast<const char*>(memrchr(d + pos, '\n', k));
           if (nl) pos = static_cast<std::size_t>(nl - d) + 1;

@@ -92,6 +92,7 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
   std::string body;
   std::uint64_t line = 1;
   bool line_open = false;      // the current line's number prefix is already in body
+  std::size_t line_start = 0;  // where the current line begins in body
   bool stopped = false;        // budget exhausted
   std::uint64_t stop_line = 0; // first line not (fully) shown
   bool line_cut = false;       // stop_line was shown in part
@@ -142,6 +143,7 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
               stopped = true;
               stop_line = line;
             } else {
+              line_start = body.size();
               body += pad_number(line, width);
               body += '\t';
               line_open = true;
@@ -151,12 +153,17 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
             std::size_t room = budget > body.size() ? budget - body.size() : 0;
             std::size_t len = static_cast<std::size_t>(seg_end - q);
             if (len > room) {
-              body.append(q, room);
-              body.resize(utf8_floor(body, body.size()));
-              body += " [line cut]";
-              line_cut = true;
               stopped = true;
               stop_line = line;
+              if (line == static_cast<std::uint64_t>(start)) {
+                // Only a first line too long for the budget is shown in part.
+                body.append(q, utf8_floor(std::string_view(q, len), room));
+                body += " [line cut]";
+                line_cut = true;
+              } else {
+                body.resize(line_start);
+                line_open = false;
+              }
             } else {
               body.append(q, len);
             }

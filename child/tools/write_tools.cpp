@@ -60,11 +60,19 @@ bool write_whole(const ToolContext& ctx, const WsPath& p, std::string_view conte
     }
   }
   bool existed = ::access(p.abs.c_str(), F_OK) == 0;
-  int fd = ::open(p.abs.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+  // O_NONBLOCK: a FIFO at this path must fail, not hang the child waiting for a reader.
+  int fd = ::open(p.abs.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                  0666);
   if (fd < 0) {
     int err = errno;
     if (err == EISDIR) throw ToolError("'" + p.rel + "' is a directory");
+    if (err == ENXIO) throw ToolError("'" + p.rel + "' is not a regular file");
     throw ToolError("cannot write " + describe_errno(err, p.rel));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ToolError("'" + p.rel + "' is not a regular file");
   }
   std::size_t done = 0;
   while (done < content.size()) {
