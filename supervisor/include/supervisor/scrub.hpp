@@ -54,7 +54,7 @@ class Scrubber {
   // Replaces in place; returns whether anything was redacted.
   bool scrub_in_place(std::string& text) const;
   // Scrubs every string in `value`, object keys included.
-  nlohmann::json scrub(const nlohmann::json& value) const;
+  nlohmann::json scrub_json(const nlohmann::json& value) const;
   bool scrub_in_place(nlohmann::json& value) const;
   // Whether `text` holds anything scrub() would redact.
   bool contains_secret(std::string_view text) const;
