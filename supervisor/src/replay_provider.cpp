@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "supervisor/model.hpp"
+#include "supervisor/providers.hpp"
 
 namespace supervisor {
 namespace {
@@ -156,19 +157,10 @@ class ReplayProvider final : public ModelProvider {
 
 }  // namespace
 
-std::uint64_t estimate_tokens(std::size_t bytes) noexcept { return (bytes + 3) / 4; }
-
-void validate_model_spec(const std::string& spec) {
-  if (spec.rfind("replay:", 0) == 0) {
-    load_script(spec.substr(7));
-    return;
-  }
-  throw ModelSpecError("unknown model spec '" + spec + "' (expected replay:FILE)");
+std::unique_ptr<ModelProvider> make_replay_provider(boost::asio::io_context& io, const std::string& path) {
+  return std::make_unique<ReplayProvider>(io, path);
 }
 
-std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io) {
-  if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayProvider>(io, spec.substr(7));
-  throw ModelSpecError("unknown model spec '" + spec + "' (expected replay:FILE)");
-}
+void validate_replay_script(const std::string& path) { load_script(path); }
 
 }  // namespace supervisor

@@ -53,11 +53,20 @@ class ModelSpecError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Checks a --model spec without creating anything (so `run` can refuse it before starting a child).
-void validate_model_spec(const std::string& spec);
+struct ModelConfig;  // model_config.hpp
 
-// One provider per child (a replay script keeps its own position). Throws ModelSpecError.
+// Checks a --model spec without creating anything (so `run` can refuse it before starting a child):
+// the replay script, or the provider's config and that its key variable is set. The one-argument
+// forms read the model config file (model_config.hpp: $SUBAGENT_MODEL_CONFIG, then the XDG path).
+void validate_model_spec(const std::string& spec);
+void validate_model_spec(const std::string& spec, const ModelConfig& config);
+
+// One provider per child (a replay script keeps its own position; an Anthropic provider keeps the
+// child's signed thinking blocks). Specs: replay:FILE, openai:MODEL, anthropic:MODEL, NAME[:MODEL]
+// from the model config (docs/models.md). Throws ModelSpecError.
 std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io);
+std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io,
+                                             const ModelConfig& config);
 
 // Rough token estimate (4 bytes per token) for providers that report no usage.
 std::uint64_t estimate_tokens(std::size_t bytes) noexcept;
