@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -271,15 +272,30 @@ TEST_CASE("read_file: clear errors naming the path") {
   CHECK_FALSE(out.ok);
   CHECK(has(out.content, "outside the workspace"));
 
-  if (running_as_root()) {
-    MESSAGE("skipping the permission-denied check: root reads mode-000 files");
-  } else {
-    put(ws / "secret.txt", "s\n");
-    fs::permissions(ws / "secret.txt", fs::perms::none);
-    out = ws.run("read_file", {{"path", "secret.txt"}});
-    CHECK_FALSE(out.ok);
-    CHECK(has(out.content, "permission denied: 'secret.txt'"));
-  }
+  put(ws / "secret.txt", "s\n");
+  put(ws / "open.txt", "o\n");
+  fs::permissions(ws / "secret.txt", fs::perms::none);
+  fs::permissions(ws / "open.txt", fs::perms::owner_read | fs::perms::others_read);
+  fs::permissions(ws.dir.path(), fs::perms::owner_all | fs::perms::others_read |
+                                     fs::perms::others_exec);
+  // Root reads mode-000 files, so as root the check runs in a child that drops to nobody.
+  auto check = [&](const char* path, const char* expect) {
+    auto probe = [&] {
+      auto o = child::run_tool("read_file", {{"path", path}}, ws.ctx);
+      return has(o.content, expect);
+    };
+    if (!running_as_root()) return probe();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+      ::_exit(probe() ? 0 : 1);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  };
+  CHECK(check("secret.txt", "permission denied: 'secret.txt'"));
+  CHECK(check("open.txt", "   1\to\n"));  // the twin: a readable file reads fine as the same user
 }
 
 TEST_CASE("paths: escapes are refused with a clear error") {
