@@ -291,9 +291,10 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     s.end();
     return s.ok;
   }
-  if (scenario == "big") {  // 10 MB of one never-ending stream
+  if (scenario == "big") {  // 10 MB of one stream (keep-alive comments: no tokens, only bytes)
     Sse s(fd);
-    std::string piece = "data: " + chunk({{"content", std::string(1000, 'x')}}).dump() + "\n\n";
+    s.data(chunk({{"role", "assistant"}, {"content", "start"}}));
+    std::string piece = ": " + std::string(1000, 'x') + "\n";
     std::string block;
     while (block.size() < (1u << 20)) block += piece;
     for (int i = 0; i < 10 && s.ok; ++i) s.raw(block);

@@ -1,0 +1,355 @@
+// OpenAI-compatible provider against the loopback fake server, speaking the real wire format.
+#include "supervisor/providers.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "supervisor/http.hpp"
+#include "test_util.hpp"
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The loopback fake server (tests/programs/fake_model_server.cpp), ended when this object goes.
+class FakeServer {
+ public:
+  FakeServer() {
+    int in[2], out[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      std::string prog = test::program("fake_model_server").string();
+      ::execl(prog.c_str(), prog.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    ::close(out[0]);
+    REQUIRE_MESSAGE(std::sscanf(line.c_str(), "%d %d", &port_, &port2_) == 2, "fake server did not start: " << line);
+  }
+  ~FakeServer() {
+    ::close(stdin_);
+    int st;
+    ::waitpid(pid_, &st, 0);
+  }
+  FakeServer(const FakeServer&) = delete;
+  FakeServer& operator=(const FakeServer&) = delete;
+  int port() const { return port_; }
+  int port2() const { return port2_; }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // Base URL of a model scenario with fresh per-test state.
+  std::string scenario(const std::string& name, const std::string& token) const {
+    return base() + "/s/" + name + "/" + token;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int port_ = 0, port2_ = 0;
+};
+
+template <class Pred>
+bool run_until(boost::asio::io_context& io, Pred done, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    if (io.stopped()) io.restart();
+    io.run_one_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+json inspect(boost::asio::io_context& io, const FakeServer& srv, const std::string& token) {
+  supervisor::http::Request rq;
+  rq.url = srv.base() + "/inspect/" + token;
+  std::optional<supervisor::http::Response> resp;
+  supervisor::http::Client::of(io).start(rq, [&](supervisor::http::Response r) { resp = std::move(r); });
+  REQUIRE(run_until(io, [&] { return resp.has_value(); }));
+  return json::parse(resp->body);
+}
+
+const std::string kKey = "sk-test-SECRET-123";
+
+supervisor::ProviderConfig config(const std::string& base_url) {
+  supervisor::ProviderConfig c;
+  c.name = "fake";
+  c.type = "openai";
+  c.base_url = base_url + "/v1";
+  c.model = "fake-model";
+  c.max_output_tokens = 4096;
+  c.stall_timeout = 1s;
+  c.retry_base_delay = 50ms;
+  c.retry_max_delay = 200ms;
+  c.max_response_bytes = 1u << 20;
+  return c;
+}
+
+struct Outcome {
+  std::optional<supervisor::ModelReply> reply;
+  int calls = 0;
+};
+
+supervisor::ModelReply call(boost::asio::io_context& io, supervisor::ProviderConfig cfg, supervisor::ModelCall mc = {},
+                            std::chrono::milliseconds limit = 20s) {
+  auto p = supervisor::make_openai_provider(io, std::move(cfg), kKey);
+  if (mc.messages.empty()) mc.messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  Outcome o;
+  p->start(mc, [&](supervisor::ModelReply r) {
+    ++o.calls;
+    o.reply = std::move(r);
+  });
+  REQUIRE(run_until(io, [&] { return o.reply.has_value(); }, limit));
+  for (int i = 0; i < 5; ++i) io.poll();  // a second `done` would show here
+  CHECK(o.calls == 1);
+  CHECK(o.reply->error_message.find(kKey) == std::string::npos);
+  return *o.reply;
+}
+
+}  // namespace
+
+TEST_CASE("openai: a streamed turn with reasoning, text and two tool calls split across deltas") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  supervisor::ModelCall mc;
+  mc.messages = json::array({{{"role", "system"}, {"content", "be brief"}},
+                             {{"role", "user"}, {"content", "look"}},
+                             {{"role", "assistant"}, {"content", ""},
+                              {"tool_calls", {{{"id", "call_0"}, {"name", "read_file"}, {"arguments", {{"path", "a"}}}}}}},
+                             {{"role", "tool"}, {"tool_call_id", "call_0"}, {"name", "read_file"}, {"content", "text of a"}}});
+  mc.tools = json::array({{{"name", "list_dir"}, {"description", "list"}, {"input_schema", {{"type", "object"}}}}});
+  mc.max_tokens = 300;
+  auto r = call(io, config(srv.scenario("tools", "t1")), mc);
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.content == "Looking.");
+  CHECK(r.finish_reason == "tool_calls");
+  REQUIRE(r.tool_calls.size() == 2);
+  CHECK(r.tool_calls[0].id == "call_a");
+  CHECK(r.tool_calls[0].name == "list_dir");
+  CHECK(r.tool_calls[0].arguments == json{{"path", "src"}});
+  CHECK(r.tool_calls[1].id == "call_b");
+  CHECK(r.tool_calls[1].arguments == json{{"pattern", "x"}});
+  CHECK(r.usage.input_tokens == 120);
+  CHECK(r.usage.output_tokens == 30);
+  CHECK(r.usage.reasoning_tokens == 4);
+  CHECK_FALSE(r.usage_estimated);
+
+  // What went over the wire.
+  json seen = inspect(io, srv, "t1");
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0]["path"] == "/s/tools/t1/v1/chat/completions");
+  CHECK(seen[0]["headers"]["authorization"] == "Bearer " + kKey);
+  const json& b = seen[0]["body"];
+  CHECK(b["model"] == "fake-model");
+  CHECK(b["stream"] == true);
+  CHECK(b["stream_options"]["include_usage"] == true);
+  CHECK(b["max_tokens"] == 300);
+  CHECK(b["tools"][0]["type"] == "function");
+  CHECK(b["tools"][0]["function"]["name"] == "list_dir");
+  CHECK(b["tools"][0]["function"]["parameters"]["type"] == "object");
+  CHECK(b["messages"][0] == json{{"role", "system"}, {"content", "be brief"}});
+  CHECK(b["messages"][2]["content"].is_null());
+  CHECK(b["messages"][2]["tool_calls"][0]["function"]["arguments"] == "{\"path\":\"a\"}");
+  CHECK(b["messages"][3] == json{{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "text of a"}});
+}
+
+TEST_CASE("openai: max_tokens is the call's cap, bounded by the provider's max_output_tokens") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto cfg = config(srv.scenario("text", "cap"));
+  cfg.max_output_tokens = 100;
+  cfg.max_tokens_field = "max_completion_tokens";
+  supervisor::ModelCall mc;
+  mc.max_tokens = 5000;
+  auto r = call(io, cfg, mc);
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.content == "Hello from the fake model.");
+  CHECK(r.finish_reason == "stop");
+  json seen = inspect(io, srv, "cap");
+  CHECK(seen[0]["body"]["max_completion_tokens"] == 100);
+  CHECK_FALSE(seen[0]["body"].contains("max_tokens"));
+}
+
+TEST_CASE("openai: a stream that would pass the budget is cut inside the call") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  supervisor::ModelCall mc;
+  mc.max_tokens = 50;
+  auto r = call(io, config(srv.scenario("budget", "b")), mc);
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.finish_reason == "budget");
+  CHECK(r.usage.output_tokens == 50);
+  CHECK(r.content.size() == 50 * 4);  // fifty "tok " deltas, not one more
+  CHECK(r.usage_estimated);
+}
+
+TEST_CASE("openai: 429 with Retry-After is retried after the wait; 500 then success is retried") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = call(io, config(srv.scenario("429", "r429")));
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.content == "after the rate limit");
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1s);
+  CHECK(inspect(io, srv, "r429").size() == 2);
+
+  r = call(io, config(srv.scenario("500", "r500")));
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.content == "after the 500");
+  CHECK(inspect(io, srv, "r500").size() == 2);
+}
+
+TEST_CASE("openai: retries stop at max_retries, at a too-long Retry-After, and before the deadline") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto cfg = config(srv.scenario("always503", "g"));
+  cfg.max_retries = 2;
+  auto r = call(io, cfg);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "provider_error");
+  CHECK(r.error_message.find("HTTP 503") != std::string::npos);
+  CHECK(r.error_message.find("gave up after 3 attempts") != std::string::npos);
+  CHECK(inspect(io, srv, "g").size() == 3);
+
+  auto t0 = std::chrono::steady_clock::now();
+  r = call(io, config(srv.scenario("retry-after-long", "l")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_message.find("Retry-After 3600 s") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+
+  cfg = config(srv.scenario("always503", "d"));
+  cfg.retry_base_delay = 2000ms;
+  cfg.retry_max_delay = 2000ms;
+  supervisor::ModelCall mc;
+  mc.deadline = std::chrono::steady_clock::now() + 500ms;
+  r = call(io, cfg, mc);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_message.find("would pass the child's deadline") != std::string::npos);
+  CHECK(inspect(io, srv, "d").size() == 1);
+}
+
+TEST_CASE("openai: a connection error is retried, then reported") {
+  boost::asio::io_context io;
+  // A port nobody listens on (bound, never listening) on loopback.
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  auto cfg = config("http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  cfg.max_retries = 2;
+  auto r = call(io, cfg);
+  ::close(s);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "provider_error");
+  CHECK(r.error_message.find("gave up after 3 attempts") != std::string::npos);
+}
+
+TEST_CASE("openai: broken streams are errors naming what was wrong") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto r = call(io, config(srv.scenario("malformed", "m")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "bad_response");
+  CHECK(r.error_message.find("malformed JSON") != std::string::npos);
+
+  r = call(io, config(srv.scenario("truncated", "tr")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "bad_response");
+  CHECK(r.error_message.find("truncated") != std::string::npos);
+
+  r = call(io, config(srv.scenario("no-done", "nd")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "bad_response");
+  CHECK(r.error_message.find("ended before its final event") != std::string::npos);
+
+  auto t0 = std::chrono::steady_clock::now();
+  r = call(io, config(srv.scenario("stall", "st")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "provider_error");
+  CHECK(r.error_message.find("stalled") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 8s);
+
+  r = call(io, config(srv.scenario("big", "big")));  // 10 MB against a 1 MiB cap
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "bad_response");
+  CHECK(r.error_message.find("larger than 1048576 bytes") != std::string::npos);
+
+  r = call(io, config(srv.scenario("bad-args", "ba")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_code == "bad_response");
+  CHECK(r.error_message.find("not a JSON object") != std::string::npos);
+}
+
+TEST_CASE("openai: an unknown finish reason is passed through") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto r = call(io, config(srv.scenario("unknown-finish", "u")));
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.finish_reason == "brand_new_reason");
+}
+
+TEST_CASE("openai: the key never appears in errors or describe(), even when the server echoes it") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto r = call(io, config(srv.scenario("401", "k")));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error_message.find("HTTP 401") != std::string::npos);
+  CHECK(r.error_message.find("[key]") != std::string::npos);
+  auto p = supervisor::make_openai_provider(io, config(srv.base()), kKey);
+  CHECK(p->describe().find(kKey) == std::string::npos);
+  CHECK(p->describe().find("fake-model") != std::string::npos);
+}
+
+TEST_CASE("openai: cancel() aborts the transfer and done is never called") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto p = supervisor::make_openai_provider(io, config(srv.scenario("stall", "c")), kKey);
+  supervisor::ModelCall mc;
+  mc.messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  bool called = false;
+  p->start(mc, [&](supervisor::ModelReply) { called = true; });
+  run_until(io, [] { return false; }, 300ms);
+  CHECK(supervisor::http::Client::of(io).active() == 1);
+  p->cancel();
+  CHECK(supervisor::http::Client::of(io).active() == 0);
+  run_until(io, [] { return false; }, 1500ms);
+  CHECK_FALSE(called);
+  // The provider is reusable after a cancel.
+  auto r = call(io, config(srv.scenario("text", "c2")));
+  CHECK(r.ok);
+}
+
+TEST_CASE("openai: destroying the provider mid-stream is safe") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  bool called = false;
+  {
+    auto p = supervisor::make_openai_provider(io, config(srv.scenario("stall", "x")), kKey);
+    supervisor::ModelCall mc;
+    mc.messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+    p->start(mc, [&](supervisor::ModelReply) { called = true; });
+    run_until(io, [] { return false; }, 200ms);
+  }
+  run_until(io, [] { return false; }, 300ms);
+  CHECK_FALSE(called);
+  CHECK(supervisor::http::Client::of(io).active() == 0);
+}
