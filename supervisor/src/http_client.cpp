@@ -442,7 +442,12 @@ Client::Id Client::start(Request req, std::function<void(Response)> done) {
   if (im.in_user_callback) {
     // curl_multi_add_handle must not run inside a curl callback; go round the loop once.
     asio::post(im.io, [&im, tid, raw] {
-      if (im.multi && im.transfers.count(tid) && !raw->cancelled) curl_multi_add_handle(im.multi, raw->easy);
+      auto it = im.multi ? im.transfers.find(tid) : im.transfers.end();
+      if (it == im.transfers.end()) return;
+      if (raw->cancelled || curl_multi_add_handle(im.multi, raw->easy) != CURLM_OK) {
+        im.destroy(*raw);  // cancelled before it started (or refused): gone without its handler
+        im.transfers.erase(it);
+      }
     });
   } else if (CURLMcode mc = curl_multi_add_handle(im.multi, e); mc != CURLM_OK) {
     im.destroy(*raw);
