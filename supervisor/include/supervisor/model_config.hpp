@@ -26,7 +26,9 @@ struct ProviderConfig {
   std::uint64_t max_output_tokens = 8192;  // per-request ceiling, whatever the budget leaves
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds request_timeout{600'000};  // one attempt, start to end of stream
-  std::chrono::seconds stall_timeout{60};               // no byte for this long: the stream is dead
+  // No byte for this long: the stream is dead. Generous because reasoning models may send nothing
+  // while they think (OpenAI streams no reasoning deltas).
+  std::chrono::seconds stall_timeout{300};
   std::size_t max_response_bytes = 16u << 20;
   unsigned max_retries = 4;                             // after the first attempt
   std::chrono::milliseconds retry_base_delay{500};      // doubled per retry, with jitter
