@@ -317,8 +317,11 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
       if (resolved.front() == '/') {
         targets.push_back(fs::path(resolved).lexically_normal().string());
       } else {
-        for (const std::string& write_root : paths.write)
+        for (const std::string& write_root : paths.write) {
+          std::error_code ec;
+          if (!fs::is_directory(write_root, ec)) continue;  // e.g. /dev/null: nothing lies inside it
           targets.push_back((fs::path(write_root) / resolved).lexically_normal().string());
+        }
       }
     }
     std::string missing;

@@ -5,31 +5,35 @@
 namespace supervisor {
 
 namespace {
+std::string label(const char* flag, const char* name, const std::string& prefix) {
+  return prefix.empty() ? std::string(flag) : prefix + name;
+}
+
 void apply(std::uint64_t& field, const std::optional<std::uint64_t>& want, const char* name, const char* flag,
-           const std::string& who, std::uint64_t scale = 1, const char* unit = "") {
+           const std::string& who, const std::string& prefix) {
   if (!want) return;
   if (*want > field) {
-    throw WideningError(std::string(flag) + " " + std::to_string(*want / scale) + unit + " exceeds " + who + "'s " +
-                        name + " " + std::to_string(field / scale) + unit + " (limits may only tighten)");
+    throw WideningError(label(flag, name, prefix) + " " + std::to_string(*want) + " exceeds " + who + "'s " + name + " " +
+                        std::to_string(field) + " (limits may only tighten)");
   }
   field = *want;
 }
 }  // namespace
 
-Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who) {
+Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who, const std::string& prefix) {
   Budgets b = base;
-  apply(b.max_steps, o.max_steps, "max_steps", "--max-steps", who);
-  apply(b.max_tool_calls, o.max_tool_calls, "max_tool_calls", "--max-tool-calls", who);
-  apply(b.max_tokens, o.max_tokens, "max_tokens", "--max-tokens", who);
-  apply(b.max_thinking_tokens, o.max_thinking_tokens, "max_thinking_tokens", "--max-thinking-tokens", who);
+  apply(b.max_steps, o.max_steps, "max_steps", "--max-steps", who, prefix);
+  apply(b.max_tool_calls, o.max_tool_calls, "max_tool_calls", "--max-tool-calls", who, prefix);
+  apply(b.max_tokens, o.max_tokens, "max_tokens", "--max-tokens", who, prefix);
+  apply(b.max_thinking_tokens, o.max_thinking_tokens, "max_thinking_tokens", "--max-thinking-tokens", who, prefix);
   if (o.timeout_ms && *o.timeout_ms > b.timeout_ms) {
-    throw WideningError("--timeout " + std::to_string(*o.timeout_ms) + "ms exceeds " + who + "'s timeout " +
-                        std::to_string(b.timeout_ms) + "ms (limits may only tighten)");
+    throw WideningError(label("--timeout", "timeout", prefix) + " " + std::to_string(*o.timeout_ms) + "ms exceeds " +
+                        who + "'s timeout " + std::to_string(b.timeout_ms) + "ms (limits may only tighten)");
   }
   if (o.timeout_ms) b.timeout_ms = *o.timeout_ms;
-  apply(b.summary_bytes, o.summary_bytes, "summary_bytes", "--summary-bytes", who);
-  apply(b.answer_bytes, o.answer_bytes, "answer_bytes", "--answer-bytes", who);
-  apply(b.wrap_up_grace_ms, o.wrap_up_grace_ms, "wrap_up_grace", "--wrap-up-grace", who);
+  apply(b.summary_bytes, o.summary_bytes, "summary_bytes", "--summary-bytes", who, prefix);
+  apply(b.answer_bytes, o.answer_bytes, "answer_bytes", "--answer-bytes", who, prefix);
+  apply(b.wrap_up_grace_ms, o.wrap_up_grace_ms, "wrap_up_grace_ms", "--wrap-up-grace", who, prefix);
   return b;
 }
 

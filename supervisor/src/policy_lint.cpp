@@ -117,6 +117,12 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   if (!writes && !p.sandbox.write_paths.empty())
     error("read-only preset (no tool that writes) has write roots: " + p.sandbox.write_paths.front() +
           (p.sandbox.write_paths.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write");
+  const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
+                                           [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
+  if (p.workspace_mode == "read" && writes_workspace)
+    error("workspace_mode is \"read\" but ${workspace} is a write root; use \"write_locked\" (one writer at a time) or \"worktree\"");
+  if (p.workspace_mode != "read" && !writes_workspace)
+    warning("workspace_mode is \"" + p.workspace_mode + "\" but ${workspace} is not a write root: the child cannot write its workspace");
   if (p.unattended) {
     for (const auto& t : p.ask) warning("tool '" + t + "' is \"ask\" in a preset that runs unattended: with no approver it is denied at once");
     for (const auto& r : p.rules)

@@ -161,7 +161,7 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   const std::string file = source.filename().string();
   Reader r(file);
   if (!doc.is_object()) r.fail("(top level)", "must be a JSON object");
-  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "tools", "blocked", "budgets", "sandbox"});
+  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "workspace_mode", "tools", "blocked", "web", "budgets", "sandbox"});
   if (r.number(doc, "schema", "", 1, true) != 1) r.fail("schema", "must be 1 (the only version this build reads)");
 
   Preset p;
@@ -173,6 +173,12 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   if (doc.contains("unattended")) {
     if (!doc["unattended"].is_boolean()) r.fail("unattended", "must be true or false");
     p.unattended = doc["unattended"].get<bool>();
+  }
+
+  if (doc.contains("workspace_mode")) {
+    p.workspace_mode = r.string(doc, "workspace_mode", "");
+    if (p.workspace_mode != "read" && p.workspace_mode != "write_locked" && p.workspace_mode != "worktree")
+      r.fail("workspace_mode", "must be \"read\", \"write_locked\" or \"worktree\"");
   }
 
   const json& tools = r.object(doc, "tools", "");
@@ -211,6 +217,15 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
         r.fail(where, "would widen '" + tr.tool + "', which tools.deny denies");
       p.rules.push_back(std::move(tr));
     }
+  }
+
+  if (doc.contains("web")) {
+    const json& w = r.object(doc, "web", "");
+    r.only_keys(w, "web", {"allow_domains", "deny_domains", "max_fetch_bytes", "fetch_timeout_seconds"});
+    p.web.allow_domains = r.strings(w, "allow_domains", "web.", false);
+    p.web.deny_domains = r.strings(w, "deny_domains", "web.", false);
+    p.web.max_fetch_bytes = r.number(w, "max_fetch_bytes", "web.", p.web.max_fetch_bytes, false);
+    p.web.fetch_timeout_ms = r.number(w, "fetch_timeout_seconds", "web.", p.web.fetch_timeout_ms / 1000, false) * 1000;
   }
 
   const json& b = r.object(doc, "budgets", "");

@@ -30,8 +30,11 @@ class WideningError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// `who` names the base in errors ("the preset explore", "the parent's scope").
-Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who);
+// `who` names the base in errors ("the preset explore", "the parent's scope"); `field_prefix`
+// names the request's fields: empty for command-line flags ("--max-steps"), or e.g. "limits." for a
+// JSON request ("limits.max_steps").
+Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who,
+                const std::string& field_prefix = "");
 
 // "90s", "5m", "1h", "250ms", "1h30m" or a bare number of seconds. Throws std::invalid_argument.
 std::chrono::milliseconds parse_duration(std::string_view text);

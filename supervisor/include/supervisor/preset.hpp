@@ -38,16 +38,29 @@ struct ToolRule {
   Decision decision = Decision::deny;
 };
 
+// Brokered web access (research): which hosts web_fetch may reach, and how much it may read.
+struct WebPolicy {
+  std::vector<std::string> allow_domains;  // empty: every public host not denied
+  std::vector<std::string> deny_domains;
+  std::uint64_t max_fetch_bytes = 2'000'000;
+  std::uint64_t fetch_timeout_ms = 20'000;
+};
+
 struct Preset {
   std::string name;
   std::string description;
   std::filesystem::path source;  // the policy file it came from
   std::string digest;            // hex digest of the file's bytes
   bool unattended = true;        // may run with nobody to answer approvals
+  // How the child uses its workspace: "read" (never writes), "write_locked" (edits it in place and
+  // holds the workspace's exclusive lock), "worktree" (works in an isolated git worktree or copy and
+  // returns a patch).
+  std::string workspace_mode = "read";
   std::vector<std::string> allow, ask, deny;  // tool decisions
   std::vector<std::string> blocked;           // parent-only capabilities, never granted
   std::vector<ToolRule> rules;
   Budgets budgets;
+  WebPolicy web;
   sandbox::Policy sandbox;
   nlohmann::json raw;  // the parsed file, for `policy explain`
 };

@@ -1,0 +1,52 @@
+// The parent's side of the supervisor: JSON lines in on one fd, JSON lines out on another, on the
+// io_context thread. Used by `serve` and `mcp`. A parent that sends garbage gets an error line and
+// the supervisor keeps going; end of input is reported once.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/framing.hpp"
+
+namespace supervisor {
+
+class ParentIo : public std::enable_shared_from_this<ParentIo> {
+ public:
+  struct Handlers {
+    std::function<void(const nlohmann::json& msg)> on_message;  // a JSON value (any type) per line
+    std::function<void(const std::string& error)> on_bad_line;   // not JSON, not UTF-8, too long
+    std::function<void()> on_eof;
+  };
+  static std::shared_ptr<ParentIo> create(boost::asio::io_context& io, int in_fd, int out_fd, std::size_t max_line,
+                                          Handlers h);
+  void start();
+  void send(const nlohmann::json& msg);
+  // Runs `done` once everything queued so far has been written.
+  void flush(std::function<void()> done);
+
+ private:
+  ParentIo(boost::asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h);
+  void do_read();
+  void on_data(std::string_view data, bool eof);
+  void do_write();
+
+  boost::asio::io_context& io_;
+  int in_fd_, out_fd_;
+  bool in_regular_ = false, out_regular_ = false;
+  boost::asio::posix::stream_descriptor in_, out_;
+  protocol::LineReader reader_;
+  Handlers h_;
+  std::array<char, 65536> buf_{};
+  std::deque<std::string> queue_;
+  bool writing_ = false;
+  bool out_broken_ = false;
+  std::vector<std::function<void()>> flush_waiters_;
+};
+
+}  // namespace supervisor

@@ -1,0 +1,30 @@
+// `subagent-supervisor apply ID`: the parent applies an implementation child's patch, explicitly.
+#include <cstdio>
+
+#include "supervisor/cli.hpp"
+#include "supervisor/workspace.hpp"
+
+namespace supervisor::cli {
+
+int cmd_apply(Args args) {
+  std::string id;
+  std::filesystem::path state_dir = default_workspace_config().state_dir;
+  while (auto a = args.next()) {
+    if (*a == "-h" || *a == "--help") {
+      std::puts("usage: subagent-supervisor apply ID [--state-dir DIR]\n\n"
+                "Applies the patch that implementation child ID returned to the workspace it was spawned on.\n"
+                "A patch that no longer applies is reported and nothing is changed (exit 1).");
+      return 0;
+    } else if (*a == "--state-dir") state_dir = args.value(*a);
+    else if (a->rfind("-", 0) == 0) throw UsageError("unknown option '" + *a + "'");
+    else if (id.empty()) id = *a;
+    else throw UsageError("apply takes one child id");
+  }
+  if (id.empty()) throw UsageError("apply needs the child's ID");
+  ApplyResult r = apply_patch(state_dir, id);
+  std::fprintf(r.ok ? stdout : stderr, "%s\n", r.message.c_str());
+  for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace supervisor::cli

@@ -1,0 +1,249 @@
+// `subagent-supervisor serve`: the JSON-lines control protocol for a parent agent on stdin/stdout.
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "supervisor/cli.hpp"
+#include "supervisor/control.hpp"
+#include "supervisor/hub.hpp"
+#include "supervisor/parent_io.hpp"
+
+namespace supervisor::cli {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kServeHelp = R"(usage: subagent-supervisor serve [options]
+
+Speaks the control protocol (protocol/README.md, "Control protocol") on stdin/stdout: the parent
+says hello with its own scope, then spawns children (sync or background), lists them, reads their
+output, cancels them, answers approvals and applies patches. End of stdin cancels what still runs,
+reports every envelope and exits 0.
+
+Options:
+  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
+  --workspace DIR          default workspace for spawns that name none (default: the current directory)
+  --policy-dir DIR         where presets are read from
+  --child PATH             the child program (default: subagent-child next to this executable)
+  --child-arg ARG          an argument for the child program (repeatable)
+  --max-concurrent N       children running at once (default 8, at most 64)
+  --max-per-turn N         children started per parent turn (default 24, at most 256)
+  --approval-timeout DUR   an unanswered approval is denied after this long (default 5m)
+  --state-dir DIR          worktrees and patches (default $XDG_STATE_HOME/subagent-supervisor)
+  --lock-dir DIR           workspace locks (shared by every supervisor of this user)
+  --max-line BYTES         longest request line accepted (default 4194304)
+)";
+
+struct Server {
+  explicit Server(boost::asio::io_context& ctx) : io(ctx), default_workspace(fs::current_path()) {}
+  boost::asio::io_context& io;
+  HubConfig base;
+  fs::path default_workspace;
+  std::shared_ptr<ParentIo> parent;
+  std::unique_ptr<Hub> hub;
+  bool approvals = false;
+  std::uint64_t next_approval = 0;
+  std::map<std::string, ApprovalReply> pending_approvals;
+  bool ending = false;
+
+  void reply_error(const json& id, const std::string& code, const std::string& message) {
+    parent->send({{"type", "error"}, {"id", id}, {"code", code}, {"message", message}});
+  }
+
+  void on_message(const json& m) {
+    json id = m.is_object() && m.contains("id") ? m["id"] : json(nullptr);
+    if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) {
+      reply_error(id, "bad_request", "a request must be a JSON object with a string \"type\"");
+      return;
+    }
+    const std::string type = m["type"];
+    try {
+      if (type == "hello") return hello(m, id);
+      if (!hub) return reply_error(id, "bad_request", "send hello first (it declares your scope)");
+      if (type == "spawn") return spawn(m, id);
+      if (type == "list") {
+        json children = json::array();
+        for (const auto& c : hub->list()) children.push_back(to_json(c));
+        return parent->send({{"type", "list"}, {"id", id}, {"children", children}});
+      }
+      if (type == "output") return output(m, id);
+      if (type == "cancel") {
+        std::string child = child_id(m);
+        if (!hub->cancel(child, m.value("reason", std::string("cancelled by the parent"))))
+          return reply_error(id, "unknown_child", "no child '" + child + "'");
+        return parent->send({{"type", "cancelling"}, {"id", id}, {"child_id", child}});
+      }
+      if (type == "approval") return approval(m, id);
+      if (type == "turn") {
+        hub->new_turn();
+        return parent->send({{"type", "turn"}, {"id", id}});
+      }
+      if (type == "apply") {
+        std::string child = child_id(m);
+        ApplyResult r = apply_patch(base.workspaces.state_dir, child);
+        return parent->send({{"type", "applied"}, {"id", id}, {"child_id", child}, {"ok", r.ok}, {"message", r.message},
+                             {"files", r.files}});
+      }
+      reply_error(id, "bad_request", "unknown request type '" + type + "'");
+    } catch (const BadRequest& e) {
+      reply_error(id, "bad_request", e.what());
+    } catch (const ScopeError& e) {
+      reply_error(id, "scope", e.what());
+    } catch (const WideningError& e) {
+      reply_error(id, "scope", e.what());
+    } catch (const std::exception& e) {
+      reply_error(id, "spawn_failed", e.what());
+    }
+  }
+
+  static std::string child_id(const json& m) {
+    auto it = m.find("child_id");
+    if (it == m.end() || !it->is_string()) throw BadRequest("child_id: missing or not a string");
+    return *it;
+  }
+
+  void hello(const json& m, const json& id) {
+    if (hub) return reply_error(id, "bad_request", "hello was already sent");
+    if (m.contains("protocol") && m["protocol"] != 1)
+      return reply_error(id, "unsupported_version", "this supervisor speaks control protocol 1");
+    HubConfig cfg = base;
+    cfg.scope = parse_scope(m.value("scope", json(nullptr)));
+    cfg.parent = m.value("parent", std::string("parent"));
+    approvals = m.value("approvals", false);
+    if (approvals) {
+      cfg.approver = [this](const ApprovalRequest& r, ApprovalReply reply) {
+        std::string aid = "a" + std::to_string(++next_approval);
+        pending_approvals[aid] = std::move(reply);
+        parent->send({{"type", "approval_request"}, {"approval_id", aid}, {"child_id", r.child_id},
+                      {"preset", r.preset}, {"description", r.description}, {"tool", r.tool}, {"args", r.args},
+                      {"rule", r.rule}});
+      };
+    }
+    cfg.on_log = [this](const std::string& line) {
+      std::string child;
+      if (line.rfind("[subagent:", 0) == 0) child = line.substr(10, line.find(']') - 10);
+      parent->send({{"type", "log"}, {"child_id", child}, {"line", line}});
+    };
+    hub = std::make_unique<Hub>(io, cfg);
+    json presets = json::array();
+    for (const auto& n : list_presets(cfg.policy_dir)) {
+      try {
+        Preset p = load_preset(n, cfg.policy_dir);
+        presets.push_back({{"name", p.name}, {"description", p.description}, {"tools", offered_tools(p)},
+                           {"workspace_mode", p.workspace_mode}});
+      } catch (const std::exception&) {
+      }
+    }
+    parent->send({{"type", "hello"},
+                  {"id", id},
+                  {"protocol", 1},
+                  {"version", SUBAGENT_VERSION},
+                  {"capabilities",
+                   {{"presets", presets},
+                    {"max_concurrent", hub->config().max_concurrent},
+                    {"max_per_turn", hub->config().max_per_turn},
+                    {"approvals", approvals},
+                    {"default_model", cfg.default_model.empty() ? json(nullptr) : json(cfg.default_model)},
+                    {"requests", {"hello", "spawn", "list", "output", "cancel", "approval", "turn", "apply"}}}}});
+  }
+
+  void spawn(const json& m, const json& id) {
+    SpawnRequest req = parse_spawn(m);
+    if (req.workspace.empty()) req.workspace = default_workspace;
+    const bool background = m.value("background", false);
+    auto child = std::make_shared<std::string>();
+    *child = hub->spawn(req, [this, id, background, child](const protocol::Envelope& e) {
+      json env = protocol::to_json(e);
+      if (background) parent->send({{"type", "child_done"}, {"child_id", *child}, {"envelope", env}});
+      else parent->send({{"type", "result"}, {"id", id}, {"child_id", *child}, {"envelope", env}});
+    });
+    if (background) {
+      auto info = hub->info(*child);
+      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", *child}, {"state", info ? info->state : "done"}});
+    }
+  }
+
+  void output(const json& m, const json& id) {
+    std::string child = child_id(m);
+    auto info = hub->info(child);
+    if (!info) return reply_error(id, "unknown_child", "no child '" + child + "'");
+    json out = {{"type", "output"}, {"id", id}, {"child_id", child}, {"state", info->state},
+                {"budget_use", to_json(info->progress)}};
+    out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
+    out["transcript"] = info->envelope && info->envelope->transcript ? json(*info->envelope->transcript) : json(nullptr);
+    parent->send(out);
+  }
+
+  void approval(const json& m, const json& id) {
+    auto it = m.find("approval_id");
+    if (it == m.end() || !it->is_string()) throw BadRequest("approval_id: missing or not a string");
+    auto p = pending_approvals.find(*it);
+    if (p == pending_approvals.end())
+      return reply_error(id, "unknown_approval", "no pending approval '" + it->get<std::string>() + "' (answered or timed out)");
+    if (!m.contains("allow") || !m["allow"].is_boolean()) throw BadRequest("allow: must be true or false");
+    ApprovalReply reply = std::move(p->second);
+    pending_approvals.erase(p);
+    reply(m["allow"].get<bool>(), m.value("reason", std::string(m["allow"].get<bool>() ? "approved by the parent" : "denied by the parent")));
+  }
+
+  void end(const std::string& why) {
+    if (ending) return;
+    ending = true;
+    auto finish = [this] { parent->flush([this] { io.stop(); }); };
+    if (!hub) return finish();
+    hub->shutdown(why, finish);
+  }
+};
+
+}  // namespace
+
+int cmd_serve(Args args) {
+  boost::asio::io_context io;
+  Server s(io);
+  s.base.workspaces = default_workspace_config();
+  std::string policy_dir, child;
+  std::size_t max_line = 4u << 20;
+  while (auto a = args.next()) {
+    const std::string& f = *a;
+    if (f == "-h" || f == "--help") {
+      std::fputs(kServeHelp, stdout);
+      return 0;
+    } else if (f == "--model") s.base.default_model = args.value(f);
+    else if (f == "--workspace") s.default_workspace = fs::absolute(args.value(f));
+    else if (f == "--policy-dir") policy_dir = args.value(f);
+    else if (f == "--child") child = args.value(f);
+    else if (f == "--child-arg") s.base.child_args.push_back(args.value(f));
+    else if (f == "--max-concurrent") s.base.max_concurrent = args.number(f);
+    else if (f == "--max-per-turn") s.base.max_per_turn = args.number(f);
+    else if (f == "--approval-timeout") s.base.approval_timeout = parse_duration(args.value(f));
+    else if (f == "--state-dir") s.base.workspaces.state_dir = fs::absolute(args.value(f));
+    else if (f == "--lock-dir") s.base.workspaces.lock_dir = fs::absolute(args.value(f));
+    else if (f == "--max-line") max_line = args.number(f);
+    else throw UsageError("unknown option '" + f + "' (see serve --help)");
+  }
+  if (s.base.max_concurrent == 0 || s.base.max_concurrent > kMaxConcurrentCeiling)
+    throw UsageError("--max-concurrent must be 1.." + std::to_string(kMaxConcurrentCeiling));
+  if (s.base.max_per_turn == 0 || s.base.max_per_turn > kMaxPerTurnCeiling)
+    throw UsageError("--max-per-turn must be 1.." + std::to_string(kMaxPerTurnCeiling));
+  if (!s.base.default_model.empty()) validate_model_spec(s.base.default_model);
+  s.base.policy_dir = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
+  s.base.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
+
+  s.parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
+                              {[&](const json& m) { s.on_message(m); },
+                               [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
+                               [&] { s.end("the parent closed its input"); }});
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int sig) {
+    if (!ec) s.end(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+  });
+  s.parent->start();
+  io.run();
+  return 0;
+}
+
+}  // namespace supervisor::cli

@@ -1,0 +1,121 @@
+#include "supervisor/parent_io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+namespace supervisor {
+namespace asio = boost::asio;
+
+namespace {
+// epoll cannot watch regular files: those are read and written directly (they never block long).
+bool is_regular(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+}  // namespace
+
+std::shared_ptr<ParentIo> ParentIo::create(asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h) {
+  return std::shared_ptr<ParentIo>(new ParentIo(io, in_fd, out_fd, max_line, std::move(h)));
+}
+
+ParentIo::ParentIo(asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h)
+    : io_(io), in_fd_(in_fd), out_fd_(out_fd), in_(io), out_(io), reader_(max_line), h_(std::move(h)) {
+  in_regular_ = is_regular(in_fd);
+  out_regular_ = is_regular(out_fd);
+  if (!in_regular_) in_.assign(::fcntl(in_fd, F_DUPFD_CLOEXEC, 3));
+  if (!out_regular_) out_.assign(::fcntl(out_fd, F_DUPFD_CLOEXEC, 3));
+}
+
+void ParentIo::start() { do_read(); }
+
+void ParentIo::do_read() {
+  if (in_regular_) {
+    asio::post(io_, [self = shared_from_this()] {
+      ssize_t n = ::read(self->in_fd_, self->buf_.data(), self->buf_.size());
+      if (n < 0 && errno == EINTR) return self->do_read();
+      self->on_data(std::string_view(self->buf_.data(), n > 0 ? static_cast<std::size_t>(n) : 0), n <= 0);
+    });
+    return;
+  }
+  in_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+    self->on_data(std::string_view(self->buf_.data(), ec ? 0 : n), static_cast<bool>(ec));
+  });
+}
+
+void ParentIo::on_data(std::string_view data, bool eof) {
+  std::vector<protocol::Frame> frames;
+  if (eof) reader_.finish(frames);
+  else reader_.feed(data, frames);
+  for (auto& f : frames) {
+    if (f.error != protocol::FrameError::none) {
+      if (h_.on_bad_line)
+        h_.on_bad_line(std::string(protocol::to_string(f.error)) + " (a line of " + std::to_string(f.size) +
+                       " bytes; limit " + std::to_string(reader_.max_line()) + ")");
+      continue;
+    }
+    if (f.line.find_first_not_of(" \t") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(f.line, nullptr, false);
+    if (j.is_discarded()) {
+      if (h_.on_bad_line) h_.on_bad_line("not valid JSON");
+      continue;
+    }
+    if (h_.on_message) h_.on_message(j);
+  }
+  if (eof) {
+    if (h_.on_eof) h_.on_eof();
+    return;
+  }
+  do_read();
+}
+
+void ParentIo::send(const nlohmann::json& msg) {
+  if (out_broken_) return;
+  queue_.push_back(msg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (!writing_) do_write();
+}
+
+void ParentIo::flush(std::function<void()> done) {
+  if (!writing_ && queue_.empty()) {
+    asio::post(io_, std::move(done));
+    return;
+  }
+  flush_waiters_.push_back(std::move(done));
+}
+
+void ParentIo::do_write() {
+  if (queue_.empty() || out_broken_) {
+    writing_ = false;
+    queue_.clear();
+    for (auto& w : flush_waiters_) asio::post(io_, std::move(w));
+    flush_waiters_.clear();
+    return;
+  }
+  writing_ = true;
+  if (out_regular_) {
+    const std::string& s = queue_.front();
+    std::size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = ::write(out_fd_, s.data() + off, s.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        out_broken_ = true;
+        break;
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    queue_.pop_front();
+    asio::post(io_, [self = shared_from_this()] { self->do_write(); });
+    return;
+  }
+  asio::async_write(out_, asio::buffer(queue_.front()), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+    self->queue_.pop_front();
+    if (ec) self->out_broken_ = true;  // the parent went away; children are still cancelled cleanly
+    self->do_write();
+  });
+}
+
+}  // namespace supervisor
