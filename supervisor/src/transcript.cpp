@@ -115,19 +115,6 @@ std::string atomic_replace(int dirfd, const fs::path& dir, const std::string& na
     }
   }
 
-  if (std::getenv("MUTATE_INPLACE")) {
-    int f = ::openat(dirfd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int e2 = 0;
-    for (std::size_t off = 0; off < data.size(); off += 512) {
-      write_all(f, data.substr(off, 512), e2);
-      ::usleep(50);
-    }
-    struct stat st2;
-    ::fstat(f, &st2);
-    ::close(f);
-    owned = std::make_pair(st2.st_dev, st2.st_ino);
-    return {};
-  }
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 100; ++attempt) {
