@@ -139,8 +139,10 @@ TEST_CASE("invalid UTF-8 around a secret does not hide it") {
 
 TEST_CASE("secret-looking environment values are redacted; short and innocent ones are not") {
   std::string e1 = "MY_SERVICE_TOKEN=plain-looking-value-42", e2 = "SHORT_KEY=1", e3 = "PATH=/usr/local/bin:/usr/bin",
-              e4 = "DB_PASSWORD=correct horse battery", e5 = "HOME=/root", e6 = "Vendor_Credentials=Zm9vYmFyYmF6cXV4";
-  char* envp[] = {e1.data(), e2.data(), e3.data(), e4.data(), e5.data(), e6.data(), nullptr};
+              e4 = "DB_PASSWORD=correct horse battery", e5 = "HOME=/root", e6 = "Vendor_Credentials=Zm9vYmFyYmF6cXV4",
+              e7 = "TOKEN_CACHE=disabled", e8 = "SSH_KEY_PATH=/home/me/.ssh/id_ed25519", e9 = "KEY_COUNT=100000000";
+  char* envp[] = {e1.data(), e2.data(), e3.data(), e4.data(), e5.data(), e6.data(),
+                  e7.data(), e8.data(), e9.data(), nullptr};
   ScrubOptions o;
   o.envp = envp;
   Scrubber s(o);
@@ -149,6 +151,9 @@ TEST_CASE("secret-looking environment values are redacted; short and innocent on
   CHECK(s.scrub("Zm9vYmFyYmF6cXV4") == "[REDACTED:env:Vendor_Credentials]");
   // The twin: values of variables that do not look secret, and a too-short value, survive.
   CHECK(s.scrub("1 /usr/local/bin:/usr/bin /root") == "1 /usr/local/bin:/usr/bin /root");
+  // Settings under secret-looking names: a word, a path, a number.
+  CHECK(s.scrub("cache disabled, key /home/me/.ssh/id_ed25519, 100000000 keys") ==
+        "cache disabled, key /home/me/.ssh/id_ed25519, 100000000 keys");
   auto names = s.environment_names();
   CHECK(std::find(names.begin(), names.end(), "MY_SERVICE_TOKEN") != names.end());
   CHECK(std::find(names.begin(), names.end(), "SHORT_KEY") == names.end());

@@ -347,6 +347,12 @@ TEST_CASE("a writer SIGKILLed at random moments leaves only whole transcripts, a
   for (int i = 0; i < iterations; ++i) {
     const std::string id = "crash" + std::to_string(i);
     const fs::path path = d.path() / ("subagent-" + id + ".json");
+    struct Reaper {  // a failed REQUIRE must not leave the writer running
+      pid_t pid = -1;
+      ~Reaper() {
+        if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      }
+    } reaper;
     pid_t pid = ::fork();
     if (pid == 0) {
       auto o = options_in(d.path());
@@ -359,6 +365,7 @@ TEST_CASE("a writer SIGKILLed at random moments leaves only whole transcripts, a
       for (int n = 0;; ++n)
         t->record({{"event", "tool_done"}, {"n", n}, {"pad", std::string(static_cast<std::size_t>(n * 997 % 30000), 'x')}});
     }
+    reaper.pid = pid;
     // Half of the kills land at a random moment from the start (launch included), half once the
     // writer is known to be rewriting the file.
     if (i % 2 == 1) {
@@ -376,6 +383,7 @@ TEST_CASE("a writer SIGKILLed at random moments leaves only whole transcripts, a
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
+    reaper.pid = -1;
     REQUIRE(WIFSIGNALED(status));
     if (!fs::exists(path)) continue;  // killed before the first rename
     ++present;
@@ -441,6 +449,38 @@ TEST_CASE("a read-only transcript directory is reported, never thrown, and the e
     return "";
   });
   CHECK_MESSAGE(r.empty(), r);
+}
+
+TEST_CASE("SessionRecords: finish() sets the path, rewrites only when the parent's envelope differs") {
+  test::TempDir d;
+  auto store = std::make_shared<TranscriptStore>(options_in(d.path()), patterns_only());
+  SessionConfig cfg;
+  cfg.id = "rec1";
+  std::vector<json> seen;
+  cfg.on_event = [&](const json& e) { seen.push_back(e); };
+  auto records = SessionRecords::attach(cfg, store, nullptr, "p");
+  REQUIRE(records->transcript());
+  protocol::Envelope e;
+  e.id = "rec1";
+  e.status = protocol::Status::completed;
+  e.answer.text = "done with ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R";
+  cfg.on_event({{"event", "envelope"}, {"child", "rec1"}, {"envelope", protocol::to_json(e)}});
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0]["envelope"]["transcript"] == records->transcript()->path().string());
+  CHECK(seen[0]["envelope"]["answer"] == "done with [REDACTED:github_token]");
+  const std::size_t writes = records->transcript()->writes();
+
+  protocol::Envelope same = e;
+  CHECK(records->finish(same) == "");
+  CHECK(same.transcript == records->transcript()->path().string());
+  CHECK(same.answer.text == "done with [REDACTED:github_token]");
+  CHECK(records->transcript()->writes() == writes);  // nothing new to write
+
+  protocol::Envelope patched = e;
+  patched.artifacts["patch"] = {{"path", "/x.patch"}};
+  CHECK(records->finish(patched) == "");
+  CHECK(records->transcript()->writes() == writes + 1);
+  CHECK(parse_file(records->transcript()->path())["envelope"]["artifacts"]["patch"]["path"] == "/x.patch");
 }
 
 TEST_CASE("a full disk: the write fails with a clear error and the previous version stays whole") {

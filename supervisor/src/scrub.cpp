@@ -108,6 +108,20 @@ bool secret_key_name(std::string_view key) {
   return false;
 }
 
+// Whether the value of a secret-looking environment variable is worth redacting everywhere: short
+// words ("disabled", "production"), small numbers and absolute paths ("SSH_KEY_PATH=/home/...") are
+// settings, and redacting them would blank ordinary text all over the transcripts.
+bool plausible_secret_value(std::string_view v, std::size_t min) {
+  if (v.size() < std::max<std::size_t>(min, 1)) return false;
+  if (v.front() == '/' || v.rfind("~/", 0) == 0) return false;
+  if (v.size() < 16) {
+    const bool word = std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-' || c == '_'; });
+    const bool number = std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (word || number) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool secret_looking_name(std::string_view name) noexcept {
@@ -145,7 +159,7 @@ struct Scrubber::Impl {
         auto eq = kv.find('=');
         if (eq == std::string_view::npos) continue;
         std::string_view name = kv.substr(0, eq), value = kv.substr(eq + 1);
-        if (value.size() < std::max<std::size_t>(o.min_env_value, 1) || !secret_looking_name(name)) continue;
+        if (!secret_looking_name(name) || !plausible_secret_value(value, o.min_env_value)) continue;
         values.emplace(std::string(value), "env:" + std::string(name));
         env_names.emplace_back(name);
       }

@@ -54,6 +54,8 @@ std::shared_ptr<SessionRecords> SessionRecords::attach(SessionConfig& cfg, std::
 
 void SessionRecords::report(const std::string& what) noexcept {
   try {
+    if (what == reported_) return;
+    reported_ = what;
     if (next_log_) next_log_("[subagent:" + id_ + "] " + scrubber_->scrub(what));
   } catch (...) {
   }
@@ -98,9 +100,11 @@ std::string SessionRecords::finish(protocol::Envelope& e) noexcept {
       e.transcript.reset();
       return transcript_error_;
     }
-    if (!envelope_seen_) {
+    json final_json = protocol::to_json(e);
+    final_json["transcript"] = transcript_->path().string();
+    if (!envelope_seen_ || transcript_->envelope() != final_json) {
       envelope_seen_ = true;
-      transcript_->record_envelope(protocol::to_json(e));
+      transcript_->record_envelope(final_json);
     }
     if (transcript_->finished() && transcript_->error().empty()) {
       e.transcript = transcript_->path().string();

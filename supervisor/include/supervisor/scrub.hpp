@@ -10,7 +10,9 @@
 //   - in JSON, string values under keys that name a credential (authorization, x-api-key, *secret*,
 //     *password*, *access_token* ...)
 //   - the values of this process's environment variables whose names look secret (*KEY*, *TOKEN*,
-//     *SECRET*, *PASSWORD*, *PASSWD*, *CREDENTIAL*), at least `min_env_value` bytes long
+//     *SECRET*, *PASSWORD*, *PASSWD*, *CREDENTIAL*), at least `min_env_value` bytes long, except
+//     values that are settings rather than secrets: absolute paths, and lowercase words or numbers
+//     under 16 bytes ("disabled", "production", "100000000")
 //   - any literal value the operator lists
 // A secret inside a longer string is found; a secret split across two JSON strings is not.
 //

@@ -125,6 +125,8 @@ class Transcript {
   bool flush() noexcept;
 
   const std::filesystem::path& path() const noexcept { return path_; }
+  // The envelope as recorded (scrubbed), or null before record_envelope().
+  const nlohmann::json& envelope() const noexcept { return doc_["envelope"]; }
   // The last write's error, or empty when the file on disk is current.
   const std::string& error() const noexcept { return error_; }
   bool finished() const noexcept { return finished_; }
@@ -173,7 +175,8 @@ class SessionRecords {
                                                 std::shared_ptr<const Scrubber> scrubber = nullptr);
 
   // Scrubs `e`, sets e.transcript to the transcript's path when the final version is on disk (null
-  // otherwise), and returns the transcript error ("" when none).
+  // otherwise), and returns the transcript error ("" when none). When `e` differs from the envelope
+  // the session emitted (e.g. the hub added a patch artifact) the transcript is rewritten with `e`.
   std::string finish(protocol::Envelope& e) noexcept;
 
   const std::shared_ptr<Transcript>& transcript() const noexcept { return transcript_; }
@@ -195,6 +198,7 @@ class SessionRecords {
   std::shared_ptr<Transcript> transcript_;
   std::string transcript_error_;
   std::string audit_error_;
+  std::string reported_;  // the last error logged, so one failure is logged once
   std::string id_, preset_, parent_;
   std::size_t summary_cap_ = 0, answer_cap_ = 0;
   std::function<void(const nlohmann::json&)> next_event_;
