@@ -72,7 +72,8 @@ std::string describe(const json& l) {
   const std::string kind = str("event");
   std::string d;
   if (kind == "spawn") {
-    d = "description \"" + str("description") + "\"";
+    if (!str("description").empty()) d = "\"" + compact(l["description"], 80) + "\" ";
+    d += "parent " + (str("parent").empty() ? std::string("-") : str("parent"));
     if (l.contains("workspace")) d += " workspace " + str("workspace");
     if (l.contains("model")) d += " model " + str("model");
   } else if (kind == "tool_decision") {
