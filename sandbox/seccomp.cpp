@@ -103,6 +103,12 @@ std::vector<Rule> rules_for(const Policy& policy) {
   deny("clone3", ENOSYS, "ENOSYS");  // flags live in memory; libc falls back to clone(2)
   for (const char* name : kBaselineDenied) deny(name, EPERM, "EPERM");
   for (const std::string& name : policy.extra_denied_syscalls) deny(name, EPERM, "EPERM");
+  if (policy.network == "none") {
+    // Every family, AF_UNIX too: Landlock (ABI 7) does not mediate connect(2) or sendto(2) to a
+    // path-bound Unix socket, so an AF_UNIX socket could reach any listener on the filesystem
+    // (the network namespace hides only abstract names). Connected pairs remain, below.
+    deny("socket", EAFNOSUPPORT, "EAFNOSUPPORT");
+  }
 
   auto conditional = [&](Rule rule) {
     if (whole.count(rule.syscall) == 0) rules.push_back(std::move(rule));
@@ -126,12 +132,19 @@ std::vector<Rule> rules_for(const Policy& policy) {
                "request == TIOCLINUX"});
   if (policy.network == "none") {
     // Not-equal on the full 64 bits fails closed when the high bits of the int hold garbage.
-    for (const char* call : {"socket", "socketpair"})
-      conditional({call,
-                   SCMP_ACT_ERRNO(EAFNOSUPPORT),
-                   "errno EAFNOSUPPORT",
-                   {SCMP_A0(SCMP_CMP_NE, AF_UNIX)},
-                   "domain != AF_UNIX"});
+    conditional({"socketpair",
+                 SCMP_ACT_ERRNO(EAFNOSUPPORT),
+                 "errno EAFNOSUPPORT",
+                 {SCMP_A0(SCMP_CMP_NE, AF_UNIX)},
+                 "domain != AF_UNIX"});
+    // A datagram pair could still sendto(2) a named socket (and be reconnected with connect(2));
+    // stream and seqpacket pairs are connected for good and ignore a destination address.
+    // 0xf is the kernel's SOCK_TYPE_MASK: SOCK_CLOEXEC and SOCK_NONBLOCK lie above it.
+    conditional({"socketpair",
+                 SCMP_ACT_ERRNO(EAFNOSUPPORT),
+                 "errno EAFNOSUPPORT",
+                 {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL, SOCK_DGRAM)},
+                 "(type & SOCK_TYPE_MASK) == SOCK_DGRAM"});
   }
   return rules;
 }

@@ -112,9 +112,9 @@ int do_socket(int domain, int type) {
   return result(fd);
 }
 
-int do_socketpair(int domain) {
+int do_socketpair(int domain, int type = SOCK_STREAM) {
   int sv[2];
-  int rc = socketpair(domain, SOCK_STREAM, 0, sv);
+  int rc = socketpair(domain, type, 0, sv);
   if (rc == 0) close(sv[0]), close(sv[1]);
   return result(rc);
 }
@@ -306,6 +306,8 @@ int main(int argc, char** argv) {
   if (action == "socket_unix") return do_socket(AF_UNIX, SOCK_STREAM);
   if (action == "socketpair_unix") return do_socketpair(AF_UNIX);
   if (action == "socketpair_inet") return do_socketpair(AF_INET);
+  if (action == "socketpair_unix_dgram") return do_socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC);
+  if (action == "socketpair_unix_seqpacket") return do_socketpair(AF_UNIX, SOCK_SEQPACKET);
   if (action == "bpf") return do_bpf();
   if (action == "keyctl") return do_keyctl();
   if (action == "tiocsti") return do_tiocsti(0);
