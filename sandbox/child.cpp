@@ -95,6 +95,14 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
   if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(status_fd, Step::kSignals, errno);
 
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(status_fd, Step::kPdeathsig, errno);
+  if (plan.dumpable_for_maps) {
+    // Until the parent has written our id maps a same-uid process could ptrace us and read the
+    // copy of the supervisor's memory we hold; the window closes right after the release below.
+    if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) fail(status_fd, Step::kDumpable, errno);
+    StatusRecord ready{static_cast<std::int32_t>(Step::kMapsReady), 0};
+    if (::write(status_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready))
+      ::_exit(kExitParentGone);
+  }
   // The parent releases us by writing one byte, after writing our uid/gid maps and cgroup. If it
   // died before our PR_SET_PDEATHSIG (getppid() cannot tell in a new PID namespace: it reads 0),
   // its end of the pipe is closed and we see EOF instead.
@@ -104,6 +112,8 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
   }
   if (n != 1) ::_exit(kExitParentGone);
   ::close(sync_fd);
+  if (plan.dumpable_for_maps && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    fail(status_fd, Step::kDumpable, errno);
 
   // Move the three request fds above every fd we still need, then into place; dup2 clears
   // close-on-exec on 0, 1 and 2.

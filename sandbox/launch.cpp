@@ -121,8 +121,12 @@ void reap(pid_t pid) noexcept {
 
 const char* step_name(Step step) noexcept {
   switch (step) {
+    case Step::kMapsReady:
+      return "id_maps_ready";
     case Step::kSignals:
       return "reset_signals";
+    case Step::kDumpable:
+      return "dumpable_for_id_maps";
     case Step::kPdeathsig:
       return "pdeathsig";
     case Step::kDupStdio:
@@ -303,6 +307,7 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   plan->uid = ::geteuid();
   plan->gid = ::getegid();
   plan->drop_groups = root;
+  plan->dumpable_for_maps = plan->user_ns && !root;
   plan->have_setpcap = plan->user_ns || has_cap_setpcap();
   plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
 
@@ -318,8 +323,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
         targets.push_back(fs::path(resolved).lexically_normal().string());
       } else {
         for (const std::string& write_root : paths.write) {
-          std::error_code ec;
-          if (!fs::is_directory(write_root, ec)) continue;  // e.g. /dev/null: nothing lies inside it
+          std::error_code dir_ec;
+          if (!fs::is_directory(write_root, dir_ec))
+            continue;  // e.g. /dev/null: nothing lies inside it
           targets.push_back((fs::path(write_root) / resolved).lexically_normal().string());
         }
       }
@@ -466,6 +472,32 @@ Child launch(const Plan& plan) {
     ::close(child.pidfd);
     remove_cgroup(child.cgroup);
   };
+  // Reads one record: EOF means execve succeeded; a record names a step (kMapsReady, or a failure).
+  auto read_status = [&](StatusRecord* record) {
+    ssize_t n;
+    while ((n = ::read(status_read.get(), record, sizeof *record)) < 0 && errno == EINTR) {
+    }
+    if (n == 0 || n == static_cast<ssize_t>(sizeof *record)) return n != 0;
+    int read_errno = errno;
+    abandon();
+    throw SandboxError(std::string("launch: reading the child's status failed: ") +
+                       (n < 0 ? std::strerror(read_errno) : "short record"));
+  };
+  auto step_failed = [&](const StatusRecord& record) {
+    abandon();
+    std::string what =
+        std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
+    if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
+    return SandboxError(what + ": " + std::strerror(record.error));
+  };
+  StatusRecord record{};
+  if (plan.dumpable_for_maps) {
+    if (!read_status(&record)) {
+      abandon();
+      throw SandboxError("launch: the child exited before its id maps were written");
+    }
+    if (static_cast<Step>(record.step) != Step::kMapsReady) throw step_failed(record);
+  }
   try {
     if (plan.user_ns) write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
     if (!child.cgroup.empty()) add_to_cgroup(child.cgroup, child.pid);
@@ -481,20 +513,8 @@ Child launch(const Plan& plan) {
   }
   sync_write.reset();
 
-  StatusRecord record{};
-  ssize_t n;
-  while ((n = ::read(status_read.get(), &record, sizeof record)) < 0 && errno == EINTR) {
-  }
-  if (n == 0) return child;  // close-on-exec closed the pipe: execve succeeded
-  int read_errno = errno;
-  abandon();
-  if (n != static_cast<ssize_t>(sizeof record))
-    throw SandboxError(std::string("launch: reading the child's status failed: ") +
-                       (n < 0 ? std::strerror(read_errno) : "short record"));
-  std::string what =
-      std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
-  if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
-  throw SandboxError(what + ": " + std::strerror(record.error));
+  if (!read_status(&record)) return child;  // close-on-exec closed the pipe: execve succeeded
+  throw step_failed(record);
 }
 
 void release(const Child& child) noexcept { remove_cgroup(child.cgroup); }

@@ -15,7 +15,9 @@ namespace sandbox {
 
 // Steps the child reports on the status pipe; names appear in SandboxError messages.
 enum class Step : std::int32_t {
+  kMapsReady = 0,  // not a failure: the child can now be given its uid/gid maps (see Plan)
   kSignals = 1,
+  kDumpable,
   kPdeathsig,
   kDupStdio,
   kSetsid,
@@ -76,6 +78,11 @@ class Plan {
   bool user_ns = false;
   uid_t uid = 0;
   gid_t gid = 0;
+  // The parent writes the child's /proc/PID/{uid,gid}_map. Those files belong to the child's
+  // "dump owner": root while the child is non-dumpable, which it inherits from a supervisor that
+  // called protect_self(). Root may write them anyway; any other uid needs the child dumpable, so
+  // the child sets PR_SET_DUMPABLE 1, reports kMapsReady, and resets it to 0 once released.
+  bool dumpable_for_maps = false;
   bool drop_groups = false;             // setgroups(0, NULL) in the child
   bool have_setpcap = false;            // can set securebits and empty the bounding set
   bool loopback = false;                // bring up lo in the new network namespace
