@@ -73,6 +73,16 @@ class Parser {
       if (!templated && p.front() != '/' && !relative_ok)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "must be an absolute path or start with ${workspace} or ${child} ('" + p + "')");
+      // Rules are opened in the supervisor, where /proc/self is the supervisor's own entry: such a
+      // rule would grant the child the supervisor's /proc/PID and never its own.
+      for (const char* self : {"/proc/self", "/proc/thread-self"}) {
+        const std::string prefix = self;
+        if (p == prefix || p.rfind(prefix + "/", 0) == 0)
+          fail(field + "." + key + "[" + std::to_string(i) + "]",
+               "names " + prefix + " ('" + p +
+                   "'), which would resolve to the supervisor's own /proc entry, never the "
+                   "child's; it cannot be granted");
+      }
       if (p.find("/../") != std::string::npos || p.ends_with("/..") || p.rfind("../", 0) == 0 ||
           p == "..")
         fail(field + "." + key + "[" + std::to_string(i) + "]",

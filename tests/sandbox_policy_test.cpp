@@ -86,6 +86,13 @@ TEST_CASE("mistakes are errors that name the file and the field") {
   CHECK(
       with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
       "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
+  // Opened in the supervisor, /proc/self would name the supervisor's own /proc entry.
+  CHECK(with([](auto& j) {
+          j["filesystem"]["read"] = {"/usr", "/proc/self/fd"};
+        }) ==
+        "policy test.json: sandbox.filesystem.read[1] names /proc/self ('/proc/self/fd'), which "
+        "would resolve to the supervisor's own /proc entry, never the child's; it cannot be "
+        "granted");
   CHECK(with([](auto& j) { j["environment"]["allow"] = {"BAD-NAME"}; }) ==
         "policy test.json: sandbox.environment.allow[0] is not a valid variable name ('BAD-NAME')");
   CHECK(with([](auto& j) { j["environment"]["set"]["X"] = 1; }) ==
