@@ -1,4 +1,5 @@
 // `subagent-supervisor policy check|explain|list`: for security reviewers.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -81,27 +82,82 @@ void explain_text(const Preset& p, const std::string& workspace) {
                 to_string(p.rules[i].decision));
   std::printf("  unattended: %s (an \"ask\" with no approver is denied at once)\n\n", p.unattended ? "yes" : "no");
 
-  std::printf("FILESYSTEM (Landlock; everything not listed is denied)\n");
-  for (const auto& r : s.read_paths) std::printf("  read       %s\n", subst(r, workspace).c_str());
-  for (const auto& r : s.write_paths) std::printf("  read+write %s\n", subst(r, workspace).c_str());
-  for (const auto& r : s.exec_paths) std::printf("  execute    %s\n", subst(r, workspace).c_str());
-  for (const auto& r : s.protected_paths) std::printf("  protected  %s (read-only inside the write roots)\n", r.c_str());
+  // Rights per path as landlock.cpp grants them, merged (Landlock rights only add up).
+  std::vector<std::pair<std::string, std::string>> rights;  // path -> "rwx"
+  auto grant = [&](const std::string& path, char bit, std::size_t pos) {
+    for (auto& [p2, r2] : rights)
+      if (p2 == path) {
+        r2[pos] = bit;
+        return;
+      }
+    std::string r3 = "---";
+    r3[pos] = bit;
+    rights.emplace_back(path, r3);
+  };
+  for (const auto& r : s.read_paths) grant(subst(r, workspace), 'r', 0);
+  for (const auto& r : s.write_paths) grant(subst(r, workspace), 'r', 0), grant(subst(r, workspace), 'w', 1);
+  for (const auto& r : s.exec_paths) grant(subst(r, workspace), 'r', 0), grant(subst(r, workspace), 'x', 2);
+  std::printf("FILESYSTEM (Landlock at the kernel's highest ABI; any access not granted here is denied)\n");
+  std::printf("  r = READ_FILE READ_DIR\n"
+              "  w = WRITE_FILE TRUNCATE MAKE_{REG,DIR,SYM,SOCK,FIFO,CHAR,BLOCK} REMOVE_{FILE,DIR} REFER IOCTL_DEV\n"
+              "  x = EXECUTE   (rights apply to the path and everything beneath it; on a file, only the file rights)\n");
+  for (const auto& [path, r] : rights) std::printf("  %s  %s\n", r.c_str(), path.c_str());
+  for (const auto& r : s.protected_paths)
+    std::printf("  r--  %s%s  protected: read-only bind mount in the child's mount namespace (writes: EROFS)\n",
+                r.front() == '/' ? "" : "<each write root>/", subst(r, workspace).c_str());
   if (s.write_paths.empty()) std::printf("  (no write roots: nothing may be created, changed or deleted)\n");
-  std::printf("\nNETWORK\n  %s\n\n", s.network == "none" ? "none: only AF_UNIX socketpair; new network namespace; Landlock TCP rules"
-                                                         : s.network.c_str());
+  std::printf("  ${child} is the child program (for `sandbox`, CMD's executable).\n"
+              "  Rules follow inodes, resolved when the plan is made: a symlink inside a root that points outside is\n"
+              "  denied; a hard link that already exists inside a root is readable (path-based: see policies/README.md);\n"
+              "  the child cannot make one (EACCES, or EXDEV from REFER). Not mediated: stat, readlink, access, chdir,\n"
+              "  path walk. /proc is the host's (not remounted)%s.\n\n",
+              std::any_of(rights.begin(), rights.end(), [](const auto& e) { return e.first.rfind("/proc", 0) == 0; })
+                  ? ": the rules above that name /proc/... expose host processes' entries"
+                  : " and no rule grants it, so it is unreadable");
 
-  std::printf("SYSCALLS (seccomp; default allow, these decided otherwise)\n");
-  for (const auto& d : sandbox::syscall_table(s))
-    std::printf("  %s %s%s\n", pad(d.syscall, 22).c_str(), d.action.c_str(),
-                d.condition.empty() ? "" : ("  when " + d.condition).c_str());
+  std::printf("NETWORK\n");
+  if (s.network == "none")
+    std::printf("  none: new network namespace with no interfaces; seccomp refuses socket(2) for every family and\n"
+                "  socketpair(2) except AF_UNIX stream/seqpacket; Landlock denies TCP bind/connect on every port (ABI 4+).\n\n");
+  else if (s.network == "loopback")
+    std::printf("  loopback: new network namespace with only lo (up); sockets allowed. Path-bound Unix sockets on the\n"
+                "  host filesystem stay reachable (Landlock ABI <= 7 does not mediate them).\n\n");
+  else
+    std::printf("  host: the host's network stack, unrestricted (no network namespace, no socket filtering).\n\n");
+
+  std::printf("SYSCALLS (seccomp, loaded last with no_new_privs; inherited by every descendant)\n"
+              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n");
+  for (const auto& d : sandbox::syscall_table(s)) {
+    if (d.syscall == "*")
+      std::printf("  %s %s: %s\n", pad(d.action == "allow" ? "(default)" : "(other ABI)", 22).c_str(), d.action.c_str(),
+                  d.condition.c_str());
+    else
+      std::printf("  %s %s%s%s\n", pad(d.syscall, 22).c_str(), d.action.c_str(),
+                  d.condition.empty() ? "" : ("  when " + d.condition).c_str(),
+                  d.syscall == "clone3"   ? "  (its flags live in memory, out of the filter's reach; libc falls back to clone)"
+                  : d.syscall == "ioctl"  ? "  (compared on the low 32 bits: the kernel's int)"
+                  : d.syscall == "socket" ? "  (every family: no socket can name a path or an address)"
+                                          : "");
+  }
 
   const auto& r = s.rlimits;
   auto lim = [](std::uint64_t v, const char* unit) { return v ? std::to_string(v) + unit : std::string("unlimited"); };
-  std::printf("\nLIMITS (setrlimit)\n  address space %s · cpu %s · open files %s · file size %s · core %s · processes %s\n",
-              lim(r.address_space_mb, " MiB").c_str(), lim(r.cpu_seconds, " s").c_str(), lim(r.open_files, "").c_str(),
-              r.file_size_mb ? (std::to_string(r.file_size_mb) + " MiB").c_str() : "0 (no file may grow)",
-              (std::to_string(r.core_mb) + " MiB").c_str(), lim(r.processes, "").c_str());
-  std::printf("\nNAMESPACES\n  %s\n", join(s.namespaces).c_str());
+  std::printf("\nLIMITS (setrlimit, soft = hard unless noted)\n");
+  std::printf("  RLIMIT_AS      address space %s\n", lim(r.address_space_mb, " MiB").c_str());
+  std::printf("  RLIMIT_CPU     cpu %s%s\n", lim(r.cpu_seconds, " s").c_str(),
+              r.cpu_seconds ? " (SIGXCPU at the soft limit, SIGKILL one second later)" : "");
+  std::printf("  RLIMIT_NOFILE  open files %s\n", lim(r.open_files, "").c_str());
+  std::printf("  RLIMIT_FSIZE   file size %s\n",
+              r.file_size_mb ? (std::to_string(r.file_size_mb) + " MiB").c_str()
+                             : "0: no file may grow (EFBIG), stdout/stderr too when they are regular files");
+  std::printf("  RLIMIT_CORE    core %llu MiB\n", (unsigned long long)r.core_mb);
+  std::printf("  processes      %s%s\n", lim(r.processes, "").c_str(),
+              r.processes ? " (as root: pids.max of a per-launch pids cgroup; otherwise RLIMIT_NPROC; see THIS KERNEL)" : "");
+
+  std::printf("\nNAMESPACES (each where the kernel allows it; without root, only inside the user namespace)\n  %s\n",
+              join(s.namespaces).c_str());
+  std::printf("  user: identity map of the supervisor's uid/gid, no capabilities; pid: the child is PID 1 and every\n"
+              "  descendant dies with it; mount: private table for the protected paths (the root is not pivoted)\n");
   std::printf("\nENVIRONMENT (nothing else is passed)\n  copied  %s\n", join(s.env_allow).c_str());
   for (const auto& [k, v] : s.env_set) std::printf("  set     %s=%s\n", k.c_str(), subst(v, workspace).c_str());
   std::printf("\nREQUIRED LAYERS (the child is refused when the kernel lacks one)\n  %s\n", join(s.required).c_str());
