@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sandbox/protect.hpp"
+#include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
 
 namespace {
@@ -20,6 +21,7 @@ Commands:
   apply     apply the patch an implementation child returned: apply ID [--state-dir DIR]
   sandbox   run any command under exactly the sandbox a preset's child gets (sandbox --help)
   policy    check policy files, or explain a preset to a reviewer (policy --help)
+  audit     what did child X do, which children ran commands: queries the audit log (audit --help)
   version   print the version
 
 Presets live in policies/ (one auditable JSON file each); see policies/README.md.
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "policy") return supervisor::cli::cmd_policy(std::move(rest));
     if (cmd == "serve") return supervisor::cli::cmd_serve(std::move(rest));
     if (cmd == "apply") return supervisor::cli::cmd_apply(std::move(rest));
+    if (cmd == "audit") return supervisor::cli::cmd_audit(std::move(rest));
     if (cmd == "version" || cmd == "--version") {
       std::printf("subagent-supervisor %s (protocol 1)\n", SUBAGENT_VERSION);
       return 0;

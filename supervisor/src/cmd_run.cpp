@@ -11,8 +11,12 @@
 
 #include "sandbox/launch.hpp"
 #include "supervisor/budgets.hpp"
+#include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
+#include "supervisor/scrub.hpp"
+#include "supervisor/research.hpp"
 #include "supervisor/session.hpp"
+#include "supervisor/transcript.hpp"
 
 namespace supervisor::cli {
 namespace fs = std::filesystem;
@@ -27,7 +31,8 @@ Required:
   --preset NAME            preset from the policy directory (explore, ...), or a path to a policy file
   --workspace DIR          the directory the child works in (must exist)
   --brief TEXT             the child's task; --brief-file FILE reads it from a file ("-" for stdin)
-  --model SPEC             the model: replay:FILE (a JSONL script of assistant turns)
+  --model SPEC             the model: openai:MODEL, anthropic:MODEL, a provider named in the model
+                           config, or replay:FILE (a JSONL script of assistant turns); see docs/models.md
 
 Options:
   --description TEXT       a short label for the parent's records (shown in approvals and envelopes)
@@ -46,6 +51,14 @@ Options:
   --max-line BYTES         longest protocol line accepted from the child (default 1048576)
   --handshake-timeout DUR  how long the child may take to say hello (default 10s)
   --quiet                  no progress on stderr
+  --transcript-dir DIR     where transcripts go (default: $XDG_STATE_HOME/subagent-supervisor/transcripts)
+  --keep-transcripts N     newest transcripts kept in that directory (default 200; 0 keeps all)
+  --no-transcript          keep no transcript (the envelope's transcript is null)
+  --audit-log FILE         the audit log (default: audit.jsonl in the transcript directory)
+  --redact VALUE           a value to scrub from every output, besides the built-in patterns (repeatable)
+  --redact-file FILE       values to scrub, one per line
+  --parent NAME            who is asking, for the audit log (default: cli)
+  --search-endpoint URL    SearxNG-compatible JSON search for web_search (default $SUBAGENT_SEARCH_ENDPOINT)
   -h, --help               this text
 
 Limits may only tighten the preset's: asking for more is refused before anything starts.
@@ -89,6 +102,10 @@ std::string human(std::uint64_t n) {
 
 int cmd_run(Args args) {
   std::string preset_name, workspace, brief, description, model, policy_dir, child;
+  std::string transcript_dir, audit_file, parent = "cli", search_endpoint = default_search_endpoint();
+  std::vector<std::string> redact;
+  std::uint64_t keep_transcripts = 200;
+  bool no_transcript = false;
   std::vector<std::string> child_args;
   bool have_brief = false, quiet = false;
   BudgetOverrides o;
@@ -120,6 +137,20 @@ int cmd_run(Args args) {
       else if (f == "--max-line") max_line = args.number(f);
       else if (f == "--handshake-timeout") handshake_ms = ms_of(f, args.value(f));
       else if (f == "--quiet") quiet = true;
+      else if (f == "--transcript-dir") transcript_dir = args.value(f);
+      else if (f == "--keep-transcripts") keep_transcripts = args.number(f);
+      else if (f == "--no-transcript") no_transcript = true;
+      else if (f == "--audit-log") audit_file = args.value(f);
+      else if (f == "--redact") redact.push_back(args.value(f));
+      else if (f == "--redact-file") {
+        try {
+          for (auto& v : load_redact_file(args.value(f))) redact.push_back(std::move(v));
+        } catch (const std::runtime_error& e) {
+          throw UsageError(std::string("--redact-file: ") + e.what());
+        }
+      }
+      else if (f == "--parent") parent = args.value(f);
+      else if (f == "--search-endpoint") search_endpoint = args.value(f);
       else throw UsageError("unknown option '" + f + "' (see run --help)");
     }
     if (preset_name.empty()) throw UsageError("--preset is required (see run --help)");
@@ -167,6 +198,23 @@ int cmd_run(Args args) {
     progress_shown = false;
     std::fprintf(stderr, "%s\n", line.c_str());
   };
+  // Everything below reaches stderr, stdout or the disk scrubbed (docs/transcripts.md).
+  ScrubOptions scrub_options;
+  scrub_options.literals = redact;
+  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
+  std::shared_ptr<TranscriptStore> store;
+  if (!no_transcript) {
+    TranscriptOptions t;
+    t.dir = transcript_dir;
+    t.keep = keep_transcripts;
+    store = std::make_shared<TranscriptStore>(t, scrubber);
+  }
+  auto audit = std::make_shared<AuditLog>(
+      AuditOptions{!audit_file.empty() ? fs::path(audit_file) : store ? store->dir() / "audit.jsonl" : default_audit_file()},
+      scrubber);
+  auto web = web_tools_for(io, *cfg.preset, std::nullopt, search_endpoint);
+  cfg.brokered = web;
+  auto records = SessionRecords::attach(cfg, store, audit, parent);
   if (tty) {
     cfg.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",
@@ -189,7 +237,10 @@ int cmd_run(Args args) {
     if (!ec) session->cancel(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
   });
   int status = 1;
-  session->start([&](const protocol::Envelope& e) {
+  session->start([&](const protocol::Envelope& done) {
+    protocol::Envelope e = done;
+    if (web) attach_sources(e, *web);
+    records->finish(e);  // scrubbed; e.transcript set, or null with the reason already logged
     if (progress_shown) std::fputs("\n", stderr);
     std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(out.data(), 1, out.size(), stdout);

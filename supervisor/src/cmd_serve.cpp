@@ -10,6 +10,8 @@
 #include "supervisor/control.hpp"
 #include "supervisor/hub.hpp"
 #include "supervisor/parent_io.hpp"
+#include "supervisor/research.hpp"
+#include "supervisor/scrub.hpp"
 
 namespace supervisor::cli {
 namespace fs = std::filesystem;
@@ -36,6 +38,12 @@ Options:
   --state-dir DIR          worktrees and patches (default $XDG_STATE_HOME/subagent-supervisor)
   --lock-dir DIR           workspace locks (shared by every supervisor of this user)
   --max-line BYTES         longest request line accepted (default 4194304)
+  --transcript-dir DIR     where transcripts go (default $XDG_STATE_HOME/subagent-supervisor/transcripts)
+  --keep-transcripts N     newest transcripts kept (default 200)
+  --no-transcript          keep no transcripts
+  --audit-log FILE         the audit log (default: audit.jsonl in the transcript directory)
+  --redact VALUE           a value to scrub from every output, besides the built-in patterns (repeatable)
+  --search-endpoint URL    SearxNG-compatible JSON search for research children's web_search
 )";
 
 struct Server {
@@ -207,6 +215,11 @@ int cmd_serve(Args args) {
   s.base.workspaces = default_workspace_config();
   std::string policy_dir, child;
   std::size_t max_line = 4u << 20;
+  std::string transcript_dir, audit_file;
+  std::uint64_t keep = 200;
+  bool no_transcript = false;
+  std::vector<std::string> redact;
+  s.base.search_endpoint = default_search_endpoint();
   while (auto a = args.next()) {
     const std::string& f = *a;
     if (f == "-h" || f == "--help") {
@@ -223,6 +236,12 @@ int cmd_serve(Args args) {
     else if (f == "--state-dir") s.base.workspaces.state_dir = fs::absolute(args.value(f));
     else if (f == "--lock-dir") s.base.workspaces.lock_dir = fs::absolute(args.value(f));
     else if (f == "--max-line") max_line = args.number(f);
+    else if (f == "--transcript-dir") transcript_dir = args.value(f);
+    else if (f == "--keep-transcripts") keep = args.number(f);
+    else if (f == "--no-transcript") no_transcript = true;
+    else if (f == "--audit-log") audit_file = args.value(f);
+    else if (f == "--redact") redact.push_back(args.value(f));
+    else if (f == "--search-endpoint") s.base.search_endpoint = args.value(f);
     else throw UsageError("unknown option '" + f + "' (see serve --help)");
   }
   if (s.base.max_concurrent == 0 || s.base.max_concurrent > kMaxConcurrentCeiling)
@@ -231,6 +250,20 @@ int cmd_serve(Args args) {
     throw UsageError("--max-per-turn must be 1.." + std::to_string(kMaxPerTurnCeiling));
   if (!s.base.default_model.empty()) validate_model_spec(s.base.default_model);
   s.base.policy_dir = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
+  ScrubOptions scrub_options;
+  scrub_options.literals = redact;
+  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
+  if (!no_transcript) {
+    TranscriptOptions t;
+    t.dir = transcript_dir;
+    t.keep = keep;
+    s.base.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
+  }
+  s.base.audit = std::make_shared<AuditLog>(
+      AuditOptions{!audit_file.empty()             ? fs::path(audit_file)
+                   : s.base.transcripts ? s.base.transcripts->dir() / "audit.jsonl"
+                                        : default_audit_file()},
+      scrubber);
   s.base.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
 
   s.parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,

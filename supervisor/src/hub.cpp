@@ -1,5 +1,7 @@
 #include "supervisor/hub.hpp"
 
+#include "supervisor/research.hpp"
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <set>
@@ -20,6 +22,8 @@ struct Hub::Child {
   std::optional<WorkspaceLock> lock;
   std::optional<Worktree> worktree;
   std::optional<protocol::Envelope> envelope;
+  std::shared_ptr<SessionRecords> records;
+  std::shared_ptr<WebTools> web;
   std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
 };
 
@@ -171,6 +175,8 @@ SessionConfig Hub::session_config(Child& c) {
   s.approval_timeout = cfg_.approval_timeout;
   s.on_log = cfg_.on_log;
   s.on_event = cfg_.on_event;
+  c.web = web_tools_for(io_, *c.preset, c.req.domains, cfg_.search_endpoint);
+  s.brokered = c.web;
   if (c.worktree && c.worktree->git) {
     // The worktree's git metadata lives in the source repository: readable, never writable.
     auto p = std::make_shared<Preset>(*c.preset);
@@ -217,7 +223,9 @@ bool Hub::try_start(Child& c) {
   c.waiting_for.clear();
   ++running_;
   ++started_this_turn_;
-  c.session = ChildSession::create(io_, session_config(c), std::move(provider));
+  SessionConfig s = session_config(c);
+  if (cfg_.transcripts || cfg_.audit) c.records = SessionRecords::attach(s, cfg_.transcripts, cfg_.audit, cfg_.parent);
+  c.session = ChildSession::create(io_, std::move(s), std::move(provider));
   const std::string id = c.id;
   c.session->start([this, id](const protocol::Envelope& e) {
     // Deliver outside the session's own callback stack.
@@ -285,11 +293,19 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
     remove_worktree(*c.worktree);
     c.worktree.reset();
   }
+  if (c.web) {
+    attach_sources(e, *c.web);
+    c.web.reset();
+  }
+  if (c.records) c.records->finish(e);  // scrubbed; the transcript gets the final envelope
   deliver(c, std::move(e));
   pump();
 }
 
 void Hub::deliver(Child& c, protocol::Envelope e) {
+  if (!c.records && cfg_.audit) {  // never started: still on the record
+    cfg_.audit->record({{"event", "envelope"}, {"envelope", protocol::to_json(e)}}, {c.id, c.preset->name, cfg_.parent});
+  }
   c.state = "done";
   c.envelope = e;
   c.session.reset();

@@ -75,6 +75,8 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
     : io_(io),
       cfg_(std::move(cfg)),
       provider_(std::move(provider)),
+      pidfd_(io),
+      rewait_(io),
       to_child_(io),
       from_child_(io),
       child_err_(io),
@@ -86,11 +88,17 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       drain_timer_(io) {}
 
 ChildSession::~ChildSession() {
-  // Invariant 6: no child outlives its session. The process handle's destructor would SIGKILL the
-  // leader only; take the whole tree.
-  if (proc_ && !exited_ && pid_ > 0) {
+  // Invariant 6: no child outlives its session, and none is left a zombie. Only reached with the
+  // child alive when the owner drops the session early (e.g. the supervisor is exiting).
+  if (pid_ > 0 && !exited_) {
     ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
+    if (pidfd_.is_open()) {
+      siginfo_t info{};
+      while (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.native_handle()), &info, WEXITED) < 0 && errno == EINTR) {
+      }
+    }
+    sandbox::release(launched_);
   }
 }
 
@@ -158,7 +166,7 @@ void ChildSession::start(DoneHandler on_done) {
     sandbox::Child child = sandbox::launch(*plan);
     launched_ = child;
     pid_ = child.pid;
-    proc_.emplace(io_.get_executor(), child.pid, child.pidfd);
+    pidfd_.assign(child.pidfd);
     to_child_.assign(in.release_write());
     from_child_.assign(out.release_read());
     child_err_.assign(err.release_read());
@@ -173,7 +181,7 @@ void ChildSession::start(DoneHandler on_done) {
   emit({{"event", "started"}, {"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}});
   state_ = State::handshake;
 
-  proc_->async_wait([self = shared_from_this()](boost::system::error_code ec, int) { self->on_exit(ec); });
+  wait_exit();
   do_read();
   do_read_stderr();
 
@@ -547,13 +555,38 @@ void ChildSession::do_read_stderr() {
   });
 }
 
-void ChildSession::on_exit(boost::system::error_code ec) {
+void ChildSession::wait_exit() {
+  pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    siginfo_t info{};
+    int rc;
+    while ((rc = ::waitid(P_PIDFD, static_cast<id_t>(self->pidfd_.native_handle()), &info,
+                          WEXITED | WNOHANG)) < 0 &&
+           errno == EINTR) {
+    }
+    if (rc == 0 && info.si_pid == 0) {
+      // Not exited yet: look again shortly rather than spin on a level-triggered wake-up.
+      self->rewait_.expires_after(std::chrono::milliseconds(5));
+      self->rewait_.async_wait([self](boost::system::error_code e) {
+        if (!e) self->wait_exit();
+      });
+      return;
+    }
+    int status = 0;
+    if (rc == 0) {
+      if (info.si_code == CLD_EXITED) status = W_EXITCODE(info.si_status, 0);
+      else status = info.si_status & 0x7f;  // killed or dumped: the signal number
+    }
+    self->on_exit(status);
+  });
+}
+
+void ChildSession::on_exit(int status) {
   exited_ = true;
-  if (!ec) {
-    int status = proc_->native_exit_code();
-    if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
-  }
+  if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
+  boost::system::error_code close_ec;
+  pidfd_.close(close_ec);
   // The leader is gone; anything it left behind in its process group goes too.
   ::kill(-pid_, SIGKILL);
   sandbox::release(launched_);

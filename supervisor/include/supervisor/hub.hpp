@@ -22,7 +22,9 @@
 
 #include "protocol/envelope.hpp"
 #include "supervisor/budgets.hpp"
+#include "supervisor/audit.hpp"
 #include "supervisor/session.hpp"
+#include "supervisor/transcript.hpp"
 #include "supervisor/workspace.hpp"
 
 namespace supervisor {
@@ -68,6 +70,9 @@ struct HubConfig {
   Approver approver;  // empty: nobody can answer approvals; "ask" is denied at once
   std::chrono::milliseconds approval_timeout{300'000};
   WorkspaceConfig workspaces;
+  std::shared_ptr<TranscriptStore> transcripts;  // null: no transcripts
+  std::shared_ptr<AuditLog> audit;               // null: no audit log
+  std::string search_endpoint;                   // web_search backend for research children
   std::function<void(const std::string& line)> on_log;
   std::function<void(const nlohmann::json& event)> on_event;
   std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider

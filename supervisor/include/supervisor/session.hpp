@@ -21,7 +21,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/process/v2/process.hpp>
 #include <nlohmann/json.hpp>
 
 #include "protocol/envelope.hpp"
@@ -112,7 +111,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void do_read();
   void on_read(boost::system::error_code ec, std::size_t n);
   void do_read_stderr();
-  void on_exit(boost::system::error_code ec);
+  void wait_exit();
+  void on_exit(int wait_status);
   void handle_frame(protocol::Frame& f);
   void handle(const protocol::Hello& m);
   void handle(const protocol::ModelRequest& m);
@@ -141,7 +141,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   State state_ = State::starting;
   std::chrono::steady_clock::time_point started_;
 
-  std::optional<boost::process::v2::process> proc_;
+  // The child's pidfd: readable once it exited; reaped with waitid(P_PIDFD, WNOHANG) so a
+  // spurious wake-up can never block the loop (Boost.Process 1.81's async_wait calls a blocking
+  // waitpid on readiness; seen to hang the supervisor with two children alive).
+  boost::asio::posix::stream_descriptor pidfd_;
+  boost::asio::steady_timer rewait_;
   pid_t pid_ = -1;
   sandbox::Child launched_;
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
