@@ -1,4 +1,5 @@
 // `subagent-supervisor sandbox`: any command under exactly the sandbox a preset's child gets.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,6 +95,19 @@ int cmd_sandbox(Args args) {
   req.stdin_fd = STDIN_FILENO;
   req.stdout_fd = STDOUT_FILENO;
   req.stderr_fd = STDERR_FILENO;
+
+  // RLIMIT_FSIZE binds writes to any regular file, the inherited stdout/stderr included.
+  if (preset.sandbox.rlimits.file_size_mb == 0) {
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        std::fprintf(stderr,
+                     "subagent-supervisor sandbox: %s is a regular file, and preset %s lets no file grow "
+                     "(sandbox.rlimits.file_size_mb is 0): the command's writes to it fail with EFBIG. "
+                     "Pipe it instead, e.g. '| cat > FILE'.\n",
+                     fd == STDOUT_FILENO ? "stdout" : "stderr", preset_name.c_str());
+    }
+  }
 
   sandbox::Child child;
   try {
