@@ -24,11 +24,10 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sandbox/launch.hpp"
 #include "sandbox/policy.hpp"
@@ -103,7 +102,9 @@ struct Stats {
 
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))]; };
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))];
+  };
   Stats s;
   s.p50 = at(0.50);
   s.p99 = at(0.99);
@@ -149,12 +150,18 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--iterations") iterations = std::atoi(value().c_str());
-    else if (a == "--warmup") warmup = std::atoi(value().c_str());
-    else if (a == "--policy") policy_file = value();
-    else if (a == "--json") json_out = value();
+    if (a == "--iterations")
+      iterations = std::atoi(value().c_str());
+    else if (a == "--warmup")
+      warmup = std::atoi(value().c_str());
+    else if (a == "--policy")
+      policy_file = value();
+    else if (a == "--json")
+      json_out = value();
     else {
-      std::fprintf(stderr, "usage: spawn_bench [--iterations N] [--warmup N] [--policy FILE] [--json FILE]\n");
+      std::fprintf(
+          stderr,
+          "usage: spawn_bench [--iterations N] [--warmup N] [--policy FILE] [--json FILE]\n");
       return 64;
     }
   }
@@ -176,17 +183,15 @@ int main(int argc, char** argv) {
   sandbox::PlanPtr plan = sandbox::prepare(policy, req);
   const double prepare_us = us_since(prepare_t0);
   std::vector<std::string> layers_applied, layers_missing;
-  for (const auto& l : sandbox::layers(*plan)) (l.applied ? layers_applied : layers_missing).push_back(l.name);
+  for (const auto& l : sandbox::layers(*plan))
+    (l.applied ? layers_applied : layers_missing).push_back(l.name);
 
   const std::string bwrap = fs::exists("/usr/bin/bwrap") ? "/usr/bin/bwrap" : "";
-  const std::vector<std::string> bwrap_argv = {bwrap,           "--unshare-all",
-                                               "--die-with-parent", "--ro-bind",
-                                               "/usr",          "/usr",
-                                               "--symlink",     "usr/lib",
-                                               "/lib",          "--symlink",
-                                               "usr/lib64",     "/lib64",
-                                               "--symlink",     "usr/bin",
-                                               "/bin",          kTrue};
+  const std::vector<std::string> bwrap_argv = {
+      bwrap,       "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",
+      "/usr",      "--symlink",     "usr/lib",           "/lib",      "--symlink",
+      "usr/lib64", "/lib64",        "--symlink",         "usr/bin",   "/bin",
+      kTrue};
 
   using Variant = std::pair<std::string, std::function<Sample()>>;
   std::vector<Variant> variants = {
@@ -224,7 +229,8 @@ int main(int argc, char** argv) {
 
   std::printf("spawn latency of %s, %d interleaved iterations (after %d warm-up), microseconds\n",
               kTrue, iterations, warmup);
-  std::printf("%-8s %10s %10s %10s %10s\n", "variant", "exec p50", "exec p99", "exit p50", "exit p99");
+  std::printf("%-8s %10s %10s %10s %10s\n", "variant", "exec p50", "exec p99", "exit p50",
+              "exit p99");
   std::map<std::string, Stats> exit_stats, exec_stats;
   for (const auto& [name, unused] : variants) {
     exec_stats[name] = stats(exec_us[name]);
@@ -242,8 +248,10 @@ int main(int argc, char** argv) {
   out["ratios"]["sandbox_vs_bare_exec_p50"] = vs_bare_exec;
   out["targets"]["sandbox_vs_bare_max"] = 2.5;
   out["targets"]["sandbox_vs_bwrap_max"] = 0.5;
-  std::printf("\nratio of medians, sandbox / bare fork+exec: %.2fx to exit, %.2fx to exec (target <= 2.5x)\n",
-              vs_bare, vs_bare_exec);
+  std::printf(
+      "\nratio of medians, sandbox / bare fork+exec: %.2fx to exit, %.2fx to exec (target <= "
+      "2.5x)\n",
+      vs_bare, vs_bare_exec);
   if (!bwrap.empty()) {
     const double vs_bwrap = exit_stats["sandbox"].p50 / exit_stats["bwrap"].p50;
     out["ratios"]["sandbox_vs_bwrap_exit_p50"] = vs_bwrap;
