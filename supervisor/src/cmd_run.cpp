@@ -1,8 +1,12 @@
 // `subagent-supervisor run`: one child, one envelope on stdout.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +66,8 @@ Options:
   -h, --help               this text
 
 Limits may only tighten the preset's: asking for more is refused before anything starts.
+Approvals: when stdin and stderr are a terminal, a tool call the policy marks "ask" is put to you on
+the terminal (y/N); without a terminal nobody can answer, so it is denied at once.
 Progress (steps, tool calls, tokens, elapsed) goes to stderr when stderr is a terminal; the child's
 stderr lines go to stderr prefixed [subagent:<id>].
 
@@ -89,6 +95,37 @@ std::uint64_t ms_of(const std::string& flag, const std::string& text) {
     throw UsageError(flag + ": " + e.what());
   }
 }
+
+// `run` on a terminal asks on the terminal: one question at a time, answered by a line on /dev/tty.
+class TerminalApprover {
+ public:
+  TerminalApprover(boost::asio::io_context& io, int tty) : tty_(io, tty) {}
+  void ask(const ApprovalRequest& r, ApprovalReply reply) {
+    std::fprintf(stderr, "\n[subagent:%s] %s%s%s asks to run %s %s\n  (%s)\n  allow? [y/N] ", r.child_id.c_str(),
+                 r.preset.c_str(), r.description.empty() ? "" : ": ", r.description.c_str(), r.tool.c_str(),
+                 r.args.dump().c_str(), r.rule.c_str());
+    std::fflush(stderr);
+    waiting_.push_back(std::move(reply));
+    if (waiting_.size() == 1) read();
+  }
+
+ private:
+  void read() {
+    boost::asio::async_read_until(tty_, boost::asio::dynamic_buffer(line_), '\n',
+                                  [this](boost::system::error_code ec, std::size_t n) {
+                                    if (waiting_.empty()) return;
+                                    bool yes = !ec && n > 0 && (line_[0] == 'y' || line_[0] == 'Y');
+                                    if (!ec) line_.erase(0, n);
+                                    ApprovalReply reply = std::move(waiting_.front());
+                                    waiting_.pop_front();
+                                    reply(yes, yes ? "approved on the terminal" : "denied on the terminal");
+                                    if (!ec && !waiting_.empty()) read();
+                                  });
+  }
+  boost::asio::posix::stream_descriptor tty_;
+  std::string line_;
+  std::deque<ApprovalReply> waiting_;
+};
 
 std::string human(std::uint64_t n) {
   char buf[32];
@@ -225,6 +262,15 @@ int cmd_run(Args args) {
     };
   }
 
+  std::unique_ptr<TerminalApprover> terminal;
+  if (::isatty(STDIN_FILENO) && ::isatty(STDERR_FILENO)) {
+    int tty_fd = ::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (tty_fd >= 0) {
+      terminal = std::make_unique<TerminalApprover>(io, tty_fd);
+      cfg.approver = [&terminal](const ApprovalRequest& r, ApprovalReply reply) { terminal->ask(r, std::move(reply)); };
+    }
+  }
+  // Without a terminal nobody can answer: "ask" is denied at once (cfg.approver stays empty).
   std::shared_ptr<ChildSession> session;
   try {
     session = ChildSession::create(io, cfg, make_provider(model, io));

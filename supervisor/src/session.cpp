@@ -381,7 +381,12 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
         {"usage", proto::to_json(r.usage)},
         {"usage_estimated", r.usage_estimated},
         {"content_bytes", r.content.size()},
-        {"tool_calls", r.tool_calls.size()},
+        {"content", r.content},
+        {"tool_calls", [&] {
+           json calls = json::array();
+           for (const auto& c : r.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+           return calls;
+         }()},
         {"finish_reason", r.finish_reason}});
   if (!r.ok) {
     send(proto::ModelError{request_id, r.error_code.empty() ? "provider_error" : r.error_code, r.error_message});
