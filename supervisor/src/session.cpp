@@ -94,6 +94,8 @@ ChildSession::~ChildSession() {
     ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
     if (pidfd_.is_open()) {
+      const int fd = pidfd_.native_handle();
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // Asio set it; this wait must block
       siginfo_t info{};
       while (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.native_handle()), &info, WEXITED) < 0 && errno == EINTR) {
       }
@@ -569,7 +571,8 @@ void ChildSession::wait_exit() {
                           WEXITED | WNOHANG)) < 0 &&
            errno == EINTR) {
     }
-    if (rc == 0 && info.si_pid == 0) {
+    // Asio made the pidfd non-blocking: then a child that has not exited yet gives EAGAIN.
+    if ((rc == 0 && info.si_pid == 0) || (rc < 0 && errno == EAGAIN)) {
       // Not exited yet: look again shortly rather than spin on a level-triggered wake-up.
       self->rewait_.expires_after(std::chrono::milliseconds(5));
       self->rewait_.async_wait([self](boost::system::error_code e) {
