@@ -217,10 +217,13 @@ TEST_CASE("cancel: the whole tree dies, a cancelled envelope comes fast, nothing
   Fixture f;
   f.cfg.default_model = "replay:" + f.script("slow", kSlow);
   f.cfg.max_concurrent = 1;
+  const fs::path child = test::private_child(f.scripts);
+  f.cfg.child_executable = child;
   Hub& hub = f.make();
   std::string running = f.spawn(f.req());
   std::string queued = f.spawn(f.req());
   REQUIRE(f.until([&] { return hub.info(running)->progress.steps >= 1; }));
+  CHECK(test::processes_named(child.filename().string()) == 1);  // twin: the scan sees it while it lives
   CHECK(hub.info(queued)->state == "queued");
   CHECK(hub.cancel(queued, "test"));
   REQUIRE(f.until([&] { return f.done.count(queued) == 1; }));
@@ -233,8 +236,8 @@ TEST_CASE("cancel: the whole tree dies, a cancelled envelope comes fast, nothing
   CHECK(f.done[running].status == Status::cancelled);
   CHECK(took < std::chrono::milliseconds(100));
   CHECK_FALSE(hub.cancel("000000000000", "x"));
-  // No zombie or orphan: nothing runs subagent-child any more (this test's only children).
-  CHECK(test::processes_named("subagent-child") == 0);
+  // No zombie or orphan: nothing runs this test's private copy of the child any more.
+  CHECK(test::processes_named(child.filename().string()) == 0);
   int status;
   CHECK(::waitpid(-1, &status, WNOHANG) <= 0);
 }

@@ -110,7 +110,9 @@ std::string script(test::TempDir& d, const std::string& name, const std::string&
 TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end of input") {
   test::TempDir ws, scripts;
   ws.write("a.txt", "hello\n");
-  Serve s({"--workspace", ws.path().string(), "--model", script(scripts, "q", R"({"content":"## Summary\nquick"})")});
+  const auto child = test::private_child(scripts);
+  Serve s({"--workspace", ws.path().string(), "--child", child.string(), "--model",
+           script(scripts, "q", R"({"content":"## Summary\nquick"})")});
   s.send({{"type", "spawn"}, {"id", 0}, {"preset", "explore"}, {"brief", "x"}});
   CHECK(s.reply(0)["message"].get<std::string>().find("send hello first") != std::string::npos);
 
@@ -180,7 +182,7 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
   REQUIRE(last.is_object());
   CHECK(last["envelope"]["status"] == "cancelled");
   CHECK(s.wait_exit() == 0);
-  CHECK(test::processes_named("subagent-child") == 0);
+  CHECK(test::processes_named(child.filename().string()) == 0);
 }
 
 TEST_CASE("serve: approvals go to the parent labelled with the child, and its answer decides") {

@@ -49,6 +49,15 @@ class TempDir {
   fs::path path_;
 };
 
+// A copy of subagent-child under a name no other test uses (tests run in parallel), so a /proc scan
+// for survivors counts only this test's children. Returns the copy's path inside `dir`.
+inline fs::path private_child(const TempDir& dir) {
+  fs::path p = dir.path() / ("sc" + std::to_string(::getpid()));
+  fs::copy_file(bin("subagent-child"), p, fs::copy_options::overwrite_existing);
+  fs::permissions(p, fs::perms::owner_all);
+  return p;
+}
+
 // Number of live (non-zombie) processes whose comm is `name`.
 inline int processes_named(const std::string& name) {
   int n = 0;
