@@ -309,7 +309,7 @@ void Hub::deliver(Child& c, protocol::Envelope e) {
   c.state = "done";
   c.envelope = e;
   c.session.reset();
-  if (cfg_.on_event && !c.session)
+  if (cfg_.on_event)
     cfg_.on_event({{"event", "delivered"}, {"child", c.id}, {"status", protocol::to_string(e.status)}});
   auto done = std::move(c.on_done);
   c.on_done = nullptr;
@@ -332,12 +332,6 @@ bool Hub::cancel(const std::string& id, const std::string& reason) {
   return true;
 }
 
-ChildInfo info_of(const std::string& id, const std::string& state, const std::string& preset,
-                  const std::string& description, const std::string& waiting, const Progress& p,
-                  const std::optional<protocol::Envelope>& env) {
-  return ChildInfo{id, state, preset, description, waiting, p, env};
-}
-
 std::optional<ChildInfo> Hub::info(const std::string& id) const {
   auto it = children_.find(id);
   if (it == children_.end()) return std::nullopt;
@@ -358,7 +352,7 @@ std::optional<ChildInfo> Hub::info(const std::string& id) const {
       p.elapsed_ms = c.envelope->duration_ms;
     }
   }
-  return info_of(c.id, c.state, c.preset->name, c.req.description, c.waiting_for, p, c.envelope);
+  return ChildInfo{c.id, c.state, c.preset->name, c.req.description, c.waiting_for, p, c.envelope};
 }
 
 std::vector<ChildInfo> Hub::list() const {
