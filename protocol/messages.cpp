@@ -82,6 +82,10 @@ class Fields {
 template <class T>
 Decoded<T> parse_object(std::string_view line, json& obj, std::string& type) {
   Decoded<T> out;
+  if (!nesting_within(line)) {
+    out.error = "arrays and objects nested deeper than " + std::to_string(kMaxDepth) + " levels";
+    return out;
+  }
   obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) {
     out.error = "not valid JSON";
@@ -135,6 +139,25 @@ std::vector<ToolCall> tool_calls_from(const json& arr, Fields& outer) {
 }
 
 }  // namespace
+
+bool nesting_within(std::string_view text, std::size_t max_depth) noexcept {
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
 
 Decoded<ChildMessage> decode_child_message(std::string_view line) {
   json obj;

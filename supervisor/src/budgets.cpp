@@ -1,6 +1,7 @@
 #include "supervisor/budgets.hpp"
 
 #include <cctype>
+#include <cstdint>
 
 namespace supervisor {
 
@@ -65,7 +66,11 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     } else {
       throw std::invalid_argument("duration '" + std::string(text) + "' has an unknown unit (use ms, s, m or h)");
     }
-    if (n > UINT64_MAX / scale) throw std::invalid_argument("duration '" + std::string(text) + "' is too large");
+    // The result is a signed std::chrono::milliseconds: "9223372036854775808ms" or the sum of two
+    // large parts must be refused, not wrapped to a negative or tiny time.
+    constexpr std::uint64_t kMax = static_cast<std::uint64_t>(INT64_MAX);
+    if (n > kMax / scale || n * scale > kMax - total)
+      throw std::invalid_argument("duration '" + std::string(text) + "' is too large");
     total += n * scale;
     any = true;
   }

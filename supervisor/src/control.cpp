@@ -1,9 +1,14 @@
 #include "supervisor/control.hpp"
 
+#include <cstdint>
+
 namespace supervisor {
 using nlohmann::json;
 
 namespace {
+
+// Durations end up in signed std::chrono::milliseconds.
+constexpr std::uint64_t kMaxMilliseconds = static_cast<std::uint64_t>(INT64_MAX);
 
 void only_keys(const json& j, const std::string& where, std::initializer_list<const char*> keys) {
   for (const auto& [k, v] : j.items())
@@ -57,6 +62,8 @@ BudgetOverrides parse_limits(const json& j, const std::string& where) {
   o.answer_bytes = count(j, "answer_bytes", w);
   if (auto it = j.find("timeout"); it != j.end() && !it->is_null()) {
     if (it->is_number_unsigned()) {
+      // Refused rather than wrapped: 2^64/1000 + 1 seconds would come out as a few hundred milliseconds.
+      if (it->get<std::uint64_t>() > kMaxMilliseconds / 1000) throw BadRequest(w + "timeout: is too large");
       o.timeout_ms = it->get<std::uint64_t>() * 1000;
     } else if (it->is_string()) {
       try {

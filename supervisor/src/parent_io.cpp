@@ -1,5 +1,7 @@
 #include "supervisor/parent_io.hpp"
 
+#include "protocol/messages.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,6 +60,11 @@ void ParentIo::on_data(std::string_view data, bool eof) {
       continue;
     }
     if (f.line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!protocol::nesting_within(f.line)) {
+      if (h_.on_bad_line)
+        h_.on_bad_line("arrays and objects nested deeper than " + std::to_string(protocol::kMaxDepth) + " levels");
+      continue;
+    }
     nlohmann::json j = nlohmann::json::parse(f.line, nullptr, false);
     if (j.is_discarded()) {
       if (h_.on_bad_line) h_.on_bad_line("not valid JSON");

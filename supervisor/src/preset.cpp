@@ -80,6 +80,13 @@ class Reader {
       fail(where + key, "must be a non-negative integer");
     return it->get<std::uint64_t>();
   }
+  // A "..._seconds" field, in milliseconds; refused (not wrapped) when that overflows a signed clock.
+  std::uint64_t seconds_ms(const json& obj, const char* key, const std::string& where, std::uint64_t fallback_ms,
+                           bool required) const {
+    std::uint64_t s = number(obj, key, where, fallback_ms / 1000, required);
+    if (s > static_cast<std::uint64_t>(INT64_MAX) / 1000) fail(where + key, "is too large");
+    return s * 1000;
+  }
   std::string string(const json& obj, const char* key, const std::string& where) const {
     auto it = obj.find(key);
     if (it == obj.end() || !it->is_string()) fail(where + key, "must be a string");
@@ -225,7 +232,7 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
     p.web.allow_domains = r.strings(w, "allow_domains", "web.", false);
     p.web.deny_domains = r.strings(w, "deny_domains", "web.", false);
     p.web.max_fetch_bytes = r.number(w, "max_fetch_bytes", "web.", p.web.max_fetch_bytes, false);
-    p.web.fetch_timeout_ms = r.number(w, "fetch_timeout_seconds", "web.", p.web.fetch_timeout_ms / 1000, false) * 1000;
+    p.web.fetch_timeout_ms = r.seconds_ms(w, "fetch_timeout_seconds", "web.", p.web.fetch_timeout_ms, false);
   }
 
   const json& b = r.object(doc, "budgets", "");
@@ -236,11 +243,11 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   p.budgets.max_tool_calls = r.number(b, "max_tool_calls", "budgets.", d.max_tool_calls, true);
   p.budgets.max_tokens = r.number(b, "max_tokens", "budgets.", d.max_tokens, true);
   p.budgets.max_thinking_tokens = r.number(b, "max_thinking_tokens", "budgets.", d.max_thinking_tokens, false);
-  p.budgets.timeout_ms = r.number(b, "timeout_seconds", "budgets.", d.timeout_ms / 1000, true) * 1000;
+  p.budgets.timeout_ms = r.seconds_ms(b, "timeout_seconds", "budgets.", d.timeout_ms, true);
   p.budgets.summary_bytes = r.number(b, "summary_bytes", "budgets.", d.summary_bytes, false);
   p.budgets.answer_bytes = r.number(b, "answer_bytes", "budgets.", d.answer_bytes, false);
   p.budgets.tool_result_bytes = r.number(b, "tool_result_bytes", "budgets.", d.tool_result_bytes, false);
-  p.budgets.wrap_up_grace_ms = r.number(b, "wrap_up_grace_seconds", "budgets.", d.wrap_up_grace_ms / 1000, false) * 1000;
+  p.budgets.wrap_up_grace_ms = r.seconds_ms(b, "wrap_up_grace_seconds", "budgets.", d.wrap_up_grace_ms, false);
 
   try {
     p.sandbox = sandbox::parse_policy(r.object(doc, "sandbox", ""), file);

@@ -60,7 +60,8 @@ json anthropic_request(const json& neutral, const json& specs, std::string& syst
         for (const auto& c : *tc) {
           if (!c.is_object()) continue;
           json input = c.value("arguments", json::object());
-          if (input.is_string()) input = json::parse(input.get<std::string>(), nullptr, false);
+          if (input.is_string() && protocol::nesting_within(input.get_ref<const std::string&>()))
+            input = json::parse(input.get<std::string>(), nullptr, false);
           if (!input.is_object()) input = json::object();
           blocks.push_back({{"type", "tool_use"},
                             {"id", anthropic_tool_id(c.value("id", ""))},
@@ -108,7 +109,7 @@ class AnthropicDecoder final : public detail::Decoder {
   std::map<std::uint64_t, Block> blocks;
 
   void on_event(const SseEvent& ev, detail::StreamState& st) override {
-    json j = json::parse(ev.data, nullptr, false);
+    json j = protocol::nesting_within(ev.data) ? json::parse(ev.data, nullptr, false) : json(json::value_t::discarded);
     if (j.is_discarded() || !j.is_object()) {
       st.fail("bad_response", "malformed JSON in stream event " + std::to_string(st.events) + ": " +
                                   detail::printable(ev.data, 80));

@@ -74,7 +74,7 @@ class OpenAiDecoder final : public detail::Decoder {
       st.finished = true;
       return;
     }
-    json j = json::parse(ev.data, nullptr, false);
+    json j = protocol::nesting_within(ev.data) ? json::parse(ev.data, nullptr, false) : json(json::value_t::discarded);
     if (j.is_discarded() || !j.is_object()) {
       st.fail("bad_response", "malformed JSON in stream event " + std::to_string(st.events) + ": " +
                                   detail::printable(ev.data, 80));

@@ -37,7 +37,7 @@ std::optional<milliseconds> parse_retry_after(const http::Response& r) {
 }
 
 std::string server_message(const std::string& body) {
-  json j = json::parse(body, nullptr, false);
+  json j = protocol::nesting_within(body) ? json::parse(body, nullptr, false) : json(json::value_t::discarded);
   if (!j.is_discarded()) {
     const json* m = nullptr;
     if (j.is_object()) {
@@ -76,7 +76,7 @@ bool StreamState::admit(std::size_t bytes, bool reasoning) {
 
 json parse_arguments(const std::string& text, const std::string& tool, std::string& err) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) return json::object();
-  json j = json::parse(text, nullptr, false);
+  json j = protocol::nesting_within(text) ? json::parse(text, nullptr, false) : json(json::value_t::discarded);
   if (j.is_discarded() || !j.is_object()) {
     err = "the model's arguments for tool '" + printable(tool, 80) + "' are not a JSON object: " + printable(text, 120);
     return json::object();
@@ -242,7 +242,7 @@ void StreamingProvider::on_done(http::Response r) {
   }
   if (sse_mode_ && !*sse_mode_) {
     std::string m = server_message(raw_);
-    json j = json::parse(raw_, nullptr, false);
+    json j = protocol::nesting_within(raw_) ? json::parse(raw_, nullptr, false) : json(json::value_t::discarded);
     if (!j.is_discarded() && j.is_object() && j.contains("error")) fail("provider_error", scrub(where() + ": " + m));
     else fail("bad_response", where() + ": expected an event stream (\"stream\": true) but got a plain JSON body");
     return;

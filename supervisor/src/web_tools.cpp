@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "protocol/messages.hpp"
 #include "supervisor/http.hpp"
 
 namespace supervisor {
@@ -578,7 +579,7 @@ void WebTools::search(const std::string& child_id, const std::string& query, std
       }
     if (!r.completed()) return done(false, "web_search: the search backend failed: " + http::printable(r.error, 300));
     if (r.status != 200) return done(false, "web_search: the search backend answered HTTP " + std::to_string(r.status));
-    json j = json::parse(r.body, nullptr, false);
+    json j = protocol::nesting_within(r.body) ? json::parse(r.body, nullptr, false) : json(json::value_t::discarded);
     if (j.is_discarded() || !j.is_object() || !j.contains("results") || !j["results"].is_array())
       return done(false, "web_search: the search backend's answer is not SearxNG JSON (no \"results\" array)");
     std::string out = "Search results for: " + query + "\n";

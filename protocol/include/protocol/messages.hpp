@@ -159,6 +159,15 @@ struct Decoded {
   explicit operator bool() const noexcept { return message.has_value(); }
 };
 
+// Deepest nesting of arrays and objects a line may have. nlohmann::json copies, compares and prints
+// values recursively, so one line of a megabyte of '[' would overflow the stack of whoever copies it;
+// the decoders (and every other reader of untrusted JSON) refuse such lines before parsing them.
+inline constexpr std::size_t kMaxDepth = 128;
+
+// True when the arrays and objects in `text` (any bytes; brackets inside JSON strings do not count)
+// nest at most `max_depth` deep. Linear, no allocation.
+bool nesting_within(std::string_view text, std::size_t max_depth = kMaxDepth) noexcept;
+
 Decoded<ChildMessage> decode_child_message(std::string_view line);
 Decoded<SupervisorMessage> decode_supervisor_message(std::string_view line);
 
