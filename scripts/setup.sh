@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, then runs one of
 #   demo    the README's demo: a real explore child reads and greps this repository and reports
-#   test    the whole test suite (CTest)
+#   test    the whole test suite (CTest), then the sanitizer builds and short fuzz runs
+#           (scripts/sanitize.sh, scripts/fuzz.sh)
+#   test-quick  the test suite only
 #   build   just the build
 # As root it uses apt-get directly; as a normal user it asks sudo for the install step only.
 set -euo pipefail
@@ -15,6 +17,8 @@ packages=(
   g++ cmake ninja-build pkg-config ccache git
   libboost1.81-dev nlohmann-json3-dev libseccomp-dev libcurl4-openssl-dev libssl-dev
   doctest-dev libre2-dev libgumbo-dev
+  nodejs
+  clang-16 libclang-rt-16-dev llvm-16
 )
 
 missing=()
@@ -31,11 +35,27 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Debian's own nodejs comes without npm (NodeSource's includes it); the MCP tests need npm once.
+if ! command -v npm >/dev/null; then
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends npm
+fi
+
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
 cmake --build "$build_dir" -j "$jobs"
+
+# The MCP tests drive `subagent-supervisor mcp` with the official MCP TypeScript SDK, at the version
+# tests/mcp/package-lock.json pins.
+mcp_tests="$here/tests/mcp"
+if [[ $action == test* ]] && { [ ! -f "$mcp_tests/node_modules/.package-lock.json" ] ||
+    [ "$mcp_tests/package-lock.json" -nt "$mcp_tests/node_modules/.package-lock.json" ]; }; then
+  npm ci --prefix "$mcp_tests" --no-audit --no-fund --loglevel=error
+fi
 
 case "$action" in
   build) ;;
@@ -47,10 +67,15 @@ case "$action" in
       --model "replay:$here/examples/explore-demo.jsonl"
     ;;
   test)
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
+    "$here/scripts/sanitize.sh" all
+    exec "$here/scripts/fuzz.sh"
+    ;;
+  test-quick)
     exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
     ;;
   *)
-    echo "usage: scripts/setup.sh [build|demo|test]" >&2
+    echo "usage: scripts/setup.sh [build|demo|test|test-quick]" >&2
     exit 64
     ;;
 esac

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Sanitizer builds of the test suite. `scripts/setup.sh test` runs both after the normal suite and
+# installs the packages (clang-16, libclang-rt-16-dev, llvm-16); run alone, this assumes they are there.
+#   asan   clang-16 ASan+UBSan build of everything (and of the fuzz targets, which share it) in
+#          $SUBAGENT_ASAN_BUILD_DIR (build-asan); runs the whole CTest suite
+#   tsan   ThreadSanitizer build in $SUBAGENT_TSAN_BUILD_DIR (build-tsan); runs the suites that
+#          exercise code with more than one thread (see README.md, "Hardening")
+#   all    both (the default)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+what=${1:-all}
+jobs=$(nproc 2>/dev/null || echo 2)
+asan_dir=${SUBAGENT_ASAN_BUILD_DIR:-$here/build-asan}
+tsan_dir=${SUBAGENT_TSAN_BUILD_DIR:-$here/build-tsan}
+
+# The suites whose code runs on more than one thread. The supervisor itself has one (the Asio loop),
+# plus libcurl's resolver thread behind the HTTP client, the providers and the web tools; the fake
+# model server those tests talk to serves each connection on its own thread; the launcher test checks
+# PR_SET_PDEATHSIG against the launching thread; the hostile-sandbox tests run listener threads.
+# TranscriptStore and AuditLog are documented as callable from any thread, but nothing calls them
+# from more than one yet.
+tsan_tests='^(http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
+
+symbolizer=/usr/lib/llvm-16/bin/llvm-symbolizer
+if [ -x "$symbolizer" ]; then
+  export ASAN_SYMBOLIZER_PATH=$symbolizer TSAN_SYMBOLIZER_PATH=$symbolizer
+fi
+
+configure() {  # dir, cmake args...
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  fi
+}
+
+run_asan() {
+  echo "sanitize: ASan+UBSan build in $asan_dir" >&2
+  if [ "$(awk '/^Seccomp:/ {print $2}' /proc/self/status)" != 0 ]; then
+    echo "sanitize: WARNING: this shell runs under seccomp, so LeakSanitizer is off for every test" \
+      "(tests/sanitizer_hooks.cpp); run on a VM or an unconfined container for leak checks" >&2
+  fi
+  configure "$asan_dir" -DSUBAGENT_FUZZ=ON
+  cmake --build "$asan_dir" -j "$jobs"
+  ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" --timeout 900
+}
+
+run_tsan() {
+  echo "sanitize: ThreadSanitizer build in $tsan_dir" >&2
+  configure "$tsan_dir" -DSUBAGENT_TSAN=ON
+  local targets
+  targets=$(sed -E 's/^\^\(//; s/\)\$$//; s/\|/ /g' <<<"$tsan_tests")
+  # shellcheck disable=SC2086  # one target per word
+  cmake --build "$tsan_dir" -j "$jobs" --target $targets
+  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+    ctest --test-dir "$tsan_dir" --output-on-failure -j "$jobs" --timeout 900 -R "$tsan_tests"
+}
+
+case "$what" in
+  asan) run_asan ;;
+  tsan) run_tsan ;;
+  all) run_asan && run_tsan ;;
+  *)
+    echo "usage: scripts/sanitize.sh [asan|tsan|all]" >&2
+    exit 64
+    ;;
+esac
