@@ -239,6 +239,17 @@ void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
     stdout_eof_ = true;
     boost::system::error_code ignored;
     from_child_.close(ignored);
+    if (!exited_ && !final_ && state_ != State::finishing && state_ != State::done) {
+      // Its output closed but the child lives on: it can never report again. A child that is just
+      // exiting closes stdout a moment before the kernel says it exited, so wait that moment first.
+      exit_timer_.expires_after(cfg_.exit_grace);
+      exit_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+        if (e || self->exited_ || self->final_) return;
+        self->fail(proto::Status::protocol_error,
+                   "protocol error: the child closed its stdout but kept running (still alive " +
+                       std::to_string(self->cfg_.exit_grace.count()) + " ms later)");
+      });
+    }
     maybe_finish();
     return;
   }
@@ -390,6 +401,9 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
            return calls;
          }()},
         {"finish_reason", r.finish_reason}});
+  if (r.ok) model_failed_.clear();
+  else if (r.error_code != "budget_exhausted")
+    model_failed_ = (r.error_code.empty() ? std::string("provider_error") : r.error_code) + ": " + r.error_message;
   if (!r.ok) {
     send(proto::ModelError{request_id, r.error_code.empty() ? "provider_error" : r.error_code, r.error_message});
   } else {
@@ -512,7 +526,12 @@ void ChildSession::handle(const proto::Final& m) {
     return;
   }
   final_ = m;
-  if (!status_) {
+  if (!status_ && !model_failed_.empty()) {
+    // The model server failed (down, resetting, stalled) and the child gave up: its report is what
+    // it had, not a completed task.
+    status_ = proto::Status::failed;
+    reason_ = "the model call failed (" + model_failed_ + "); the child reported what it had";
+  } else if (!status_) {
     status_ = proto::Status::completed;
     reason_ = "the child sent its final answer";
   } else if (*status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
@@ -529,8 +548,19 @@ void ChildSession::handle(const proto::Final& m) {
   maybe_finish();
 }
 
+namespace {
+// What one child may send to the parent's log, stderr lines and `log` messages together: a child
+// that floods its log must not flood the parent (or the supervisor's queue to a slow parent).
+constexpr std::size_t kMaxLogBytes = 1 << 20;
+}  // namespace
+
 void ChildSession::handle(const proto::Log& m) {
-  if (cfg_.on_log) cfg_.on_log("[subagent:" + cfg_.id + "] " + (m.level.empty() ? "" : m.level + ": ") + m.message);
+  if (!cfg_.on_log || stderr_logged_ > kMaxLogBytes) return;
+  std::string line = "[subagent:" + cfg_.id + "] " + (m.level.empty() ? "" : m.level + ": ") + m.message;
+  stderr_logged_ += line.size();
+  cfg_.on_log(line);
+  if (stderr_logged_ > kMaxLogBytes)
+    cfg_.on_log("[subagent:" + cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
 }
 
 // ---- stderr, exit, timers ------------------------------------------------------------------------
@@ -541,17 +571,16 @@ void ChildSession::do_read_stderr() {
     std::vector<proto::Frame> frames;
     if (ec) self->err_reader_.finish(frames);
     else self->err_reader_.feed(std::string_view(self->err_buf_.data(), n), frames);
-    static constexpr std::size_t kMaxStderr = 1 << 20;
     for (const auto& f : frames) {
-      if (!self->cfg_.on_log || self->stderr_logged_ > kMaxStderr) continue;
+      if (!self->cfg_.on_log || self->stderr_logged_ > kMaxLogBytes) continue;
       std::string text = f.error == proto::FrameError::none ? f.line
                          : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
                          : f.error == proto::FrameError::truncated ? "(an unterminated line)"
                                                                    : "(a line over 4096 bytes, dropped)";
       self->stderr_logged_ += text.size();
       self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
-      if (self->stderr_logged_ > kMaxStderr)
-        self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of stderr; the rest is dropped)");
+      if (self->stderr_logged_ > kMaxLogBytes)
+        self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
     }
     if (ec) {
       boost::system::error_code ignored;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +45,23 @@ std::string transcript_id_of(std::string_view name) {
   if (name.substr(0, kPrefix.size()) != kPrefix || name.substr(name.size() - kSuffix.size()) != kSuffix) return {};
   std::string_view id = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
   return valid_id(id) ? std::string(id) : std::string();
+}
+
+// The pid in a temporary's name (".subagent-<id>.json.tmp-<pid>-<n>", made by atomic_replace), or 0
+// when `name` is not one.
+pid_t temporary_owner(std::string_view name) {
+  if (name.empty() || name[0] != '.') return 0;
+  const auto mark = name.find(".tmp-");
+  if (mark == std::string_view::npos || transcript_id_of(name.substr(1, mark - 1)).empty()) return 0;
+  std::string_view rest = name.substr(mark + 5);
+  const auto dash = rest.find('-');
+  if (dash == 0 || dash == std::string_view::npos) return 0;
+  long pid = 0;
+  for (char c : rest.substr(0, dash)) {
+    if (c < '0' || c > '9' || pid > 4'194'304) return 0;
+    pid = pid * 10 + (c - '0');
+  }
+  return static_cast<pid_t>(pid);
 }
 
 }  // namespace
@@ -324,8 +342,7 @@ std::shared_ptr<Transcript> TranscriptStore::open(const TranscriptHeader& header
 }
 
 std::size_t TranscriptStore::prune(std::string* error) noexcept {
-  const std::size_t keep = shared_->options.keep;
-  if (keep == 0) return 0;
+  const std::size_t keep = shared_->options.keep;  // 0: keep every transcript (temporaries still go)
   std::size_t removed = 0;
   try {
     std::lock_guard lock(shared_->mu);
@@ -352,6 +369,13 @@ std::size_t TranscriptStore::prune(std::string* error) noexcept {
     };
     std::vector<Candidate> found;
     while (dirent* ent = ::readdir(d)) {
+      // A temporary left by a supervisor that was killed mid-write (its pid is gone) is never going
+      // to be renamed into place: remove it, so no half-written file stays behind.
+      if (const pid_t owner = temporary_owner(ent->d_name);
+          owner > 0 && owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+        ::unlinkat(shared_->dirfd, ent->d_name, 0);
+        continue;
+      }
       std::string id = transcript_id_of(ent->d_name);
       if (id.empty()) continue;
       struct stat st;
@@ -359,7 +383,7 @@ std::size_t TranscriptStore::prune(std::string* error) noexcept {
       found.push_back({ent->d_name, std::move(id), st.st_mtim});
     }
     ::closedir(d);
-    if (found.size() <= keep) return 0;
+    if (keep == 0 || found.size() <= keep) return 0;
     std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
       if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec > b.mtime.tv_sec;
       if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec > b.mtime.tv_nsec;

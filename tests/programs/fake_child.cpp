@@ -14,9 +14,23 @@
 //   flood N         hello, then N valid log lines as fast as it can, then final
 //   grandchild NAME hello, forks a setsid grandchild named NAME (comm) that sleeps forever; exits
 //   stderr_lines    hello, writes lines on stderr, then final
+//   flood_forever   hello, then valid log lines as fast as it can, never a final
+//   close_stdout    hello, closes its stdout, then lives on (ignoring SIGTERM/SIGINT/SIGHUP)
+//   ignore_cancel   hello, one model request, then reads and ignores everything (cancel included)
+//                   and every catchable signal; it never exits by itself
+//   hang [NAME]     hello, then sleeps forever (a worker that holds its workspace lock); NAME: its comm
+//   from_workspace  reads "MODE ARG..." from the file .fake-child in its working directory (the
+//                   workspace) and behaves as that mode: one `serve --child` can then run good and
+//                   hostile children side by side, each spawn choosing its own through its workspace
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -69,10 +83,37 @@ Welcome hello_welcome() {
 
 std::size_t arg_size(int argc, char** argv) { return argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0; }
 
+void ignore_signals() {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::signal(sig, SIG_IGN);
+}
+
+int run(int argc, char** argv);
+
+// from_workspace: the mode comes from ./.fake-child, so each spawn of one `serve --child fake_child
+// --child-arg from_workspace` can pick its own behaviour, even one that never says hello.
+int from_workspace(char* argv0) {
+  std::ifstream in(".fake-child");
+  std::string line;
+  if (!std::getline(in, line)) return 20;
+  std::istringstream words(line);
+  static std::vector<std::string> args;
+  args.assign(1, argv0);
+  for (std::string w; words >> w;) args.push_back(w);
+  static std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return run(static_cast<int>(args.size()), argv.data());
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) { return run(argc, argv); }
+
+namespace {
+
+int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "good";
+  if (mode == "from_workspace") return from_workspace(argv[0]);
   if (mode == "no_hello") {
     ::pause();
     return 0;
@@ -116,9 +157,15 @@ int main(int argc, char** argv) {
   }
   if (mode == "exit_early") return 3;
   if (mode == "huge_line") {
-    std::string line(arg_size(argc, argv), 'x');
-    line += "\n";
-    write_all(line);
+    // Written in pieces: the line may be far larger than the memory the sandbox allows.
+    std::size_t left = arg_size(argc, argv);
+    const std::string piece(1 << 16, 'x');
+    while (left > 0) {
+      const std::size_t n = std::min(left, piece.size());
+      write_all(piece.substr(0, n));
+      left -= n;
+    }
+    write_all("\n");
     ::pause();
     return 0;
   }
@@ -163,6 +210,32 @@ int main(int argc, char** argv) {
     ::sleep(1);
     return 0;
   }
+  if (mode == "flood_forever") {
+    std::string line = encode_line(ChildMessage{Log{"debug", std::string(100, 'f')}});
+    std::string batch;
+    for (int i = 0; i < 64; ++i) batch += line;
+    for (;;) write_all(batch);
+  }
+  if (mode == "close_stdout") {
+    ignore_signals();
+    ::close(1);
+    for (;;) ::pause();
+  }
+  if (mode == "ignore_cancel") {
+    ignore_signals();
+    send(ModelRequest{"m1", json::array({{{"role", "user"}, {"content", w.task.brief}}}), json::array(), std::nullopt});
+    for (;;) {
+      char buf[4096];
+      ssize_t n = ::read(0, buf, sizeof buf);  // cancel arrives here and is ignored
+      if (n == 0) break;
+      if (n < 0 && errno != EINTR) break;
+    }
+    for (;;) ::pause();  // even with its stdin gone it stays
+  }
+  if (mode == "hang") {
+    if (argc > 2) ::prctl(PR_SET_NAME, argv[2], 0, 0, 0);  // so a test can find and kill exactly this one
+    for (;;) ::pause();
+  }
   if (mode == "stderr_lines") {
     std::fprintf(stderr, "first line\nsecond line\n");
     std::fflush(stderr);
@@ -171,3 +244,5 @@ int main(int argc, char** argv) {
   }
   return 2;
 }
+
+}  // namespace

@@ -272,6 +272,11 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
   if (scenario == "401")
     return write_all(fd, response(401, "application/json",
                                   R"({"error":{"message":"Incorrect API key provided: sk-test-SECRET-123"}})"));
+  if (scenario == "reset") {  // reads the request, then resets the connection (RST, not FIN)
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    return false;
+  }
   if (scenario == "stall") {
     Sse s(fd);
     s.data(chunk({{"role", "assistant"}, {"content", "partial"}}));

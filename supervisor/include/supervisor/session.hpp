@@ -178,6 +178,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::map<std::string, std::uint64_t> tools_used_;
   protocol::Usage usage_;
   std::optional<std::string> model_in_flight_;
+  std::string model_failed_;  // the last model call's error, until a call succeeds
   bool wrap_turn_used_ = false;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
   std::uint64_t approvals_pending_ = 0;

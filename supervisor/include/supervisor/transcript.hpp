@@ -10,7 +10,8 @@
 //
 // Ownership: a store never overwrites a file it did not create in this process (an existing id is
 // refused; the first version is linked in with RENAME_NOREPLACE), and retention deletes only regular
-// files named subagent-<id>.json, never one that is still being written by this store.
+// files named subagent-<id>.json, never one that is still being written by this store, and the
+// temporaries (.subagent-<id>.json.tmp-<pid>-<n>) of writer processes that no longer exist.
 //
 // Errors (directory missing, read-only, full) never throw out of these classes: they are returned as
 // strings naming the file and the cause, and the envelope's transcript is then null.
@@ -98,7 +99,8 @@ class TranscriptStore {
   std::shared_ptr<Transcript> open(const TranscriptHeader& header, std::string& error) noexcept;
 
   // Deletes the oldest subagent-<id>.json files beyond `keep` (by modification time), never one this
-  // store is still writing and never any other file. Returns how many were deleted.
+  // store is still writing, and the temporaries of dead writer processes (a supervisor killed
+  // mid-write); never any other file. Returns how many transcripts were deleted.
   std::size_t prune(std::string* error = nullptr) noexcept;
 
   std::filesystem::path path_for(const std::string& id) const;
