@@ -18,6 +18,7 @@ enforced from outside, and returns one capped result envelope.
 Commands:
   run       run one child agent and print its result envelope (run --help)
   serve     the JSON-lines control protocol for a parent agent on stdin/stdout (serve --help)
+  mcp       a Model Context Protocol server on stdio, for MCP clients (mcp --help)
   apply     apply the patch an implementation child returned: apply ID [--state-dir DIR]
   sandbox   run any command under exactly the sandbox a preset's child gets (sandbox --help)
   policy    check policy files, or explain a preset to a reviewer (policy --help)
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "sandbox") return supervisor::cli::cmd_sandbox(std::move(rest));
     if (cmd == "policy") return supervisor::cli::cmd_policy(std::move(rest));
     if (cmd == "serve") return supervisor::cli::cmd_serve(std::move(rest));
+    if (cmd == "mcp") return supervisor::cli::cmd_mcp(std::move(rest));
     if (cmd == "apply") return supervisor::cli::cmd_apply(std::move(rest));
     if (cmd == "audit") return supervisor::cli::cmd_audit(std::move(rest));
     if (cmd == "version" || cmd == "--version") {

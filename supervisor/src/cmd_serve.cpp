@@ -8,10 +8,9 @@
 
 #include "supervisor/cli.hpp"
 #include "supervisor/control.hpp"
+#include "supervisor/front_end.hpp"
 #include "supervisor/hub.hpp"
 #include "supervisor/parent_io.hpp"
-#include "supervisor/research.hpp"
-#include "supervisor/scrub.hpp"
 
 namespace supervisor::cli {
 namespace fs = std::filesystem;
@@ -19,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kServeHelp = R"(usage: subagent-supervisor serve [options]
+constexpr const char* kServeUsage = R"(usage: subagent-supervisor serve [options]
 
 Speaks the control protocol (protocol/README.md, "Control protocol") on stdin/stdout: the parent
 says hello with its own scope, then spawns children (sync or background), lists them, reads their
@@ -27,27 +26,10 @@ output, cancels them, answers approvals and applies patches. End of stdin cancel
 reports every envelope and exits 0.
 
 Options:
-  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
-  --workspace DIR          default workspace for spawns that name none (default: the current directory)
-  --policy-dir DIR         where presets are read from
-  --child PATH             the child program (default: subagent-child next to this executable)
-  --child-arg ARG          an argument for the child program (repeatable)
-  --max-concurrent N       children running at once (default 8, at most 64)
-  --max-per-turn N         children started per parent turn (default 24, at most 256)
-  --approval-timeout DUR   an unanswered approval is denied after this long (default 5m)
-  --state-dir DIR          worktrees and patches (default $XDG_STATE_HOME/subagent-supervisor)
-  --lock-dir DIR           workspace locks (shared by every supervisor of this user)
-  --max-line BYTES         longest request line accepted (default 4194304)
-  --transcript-dir DIR     where transcripts go (default $XDG_STATE_HOME/subagent-supervisor/transcripts)
-  --keep-transcripts N     newest transcripts kept (default 200)
-  --no-transcript          keep no transcripts
-  --audit-log FILE         the audit log (default: audit.jsonl in the transcript directory)
-  --redact VALUE           a value to scrub from every output, besides the built-in patterns (repeatable)
-  --search-endpoint URL    SearxNG-compatible JSON search for research children's web_search
 )";
 
 struct Server {
-  explicit Server(boost::asio::io_context& ctx) : io(ctx), default_workspace(fs::current_path()) {}
+  explicit Server(boost::asio::io_context& ctx) : io(ctx) {}
   boost::asio::io_context& io;
   HubConfig base;
   fs::path default_workspace;
@@ -212,59 +194,20 @@ struct Server {
 int cmd_serve(Args args) {
   boost::asio::io_context io;
   Server s(io);
-  s.base.workspaces = default_workspace_config();
-  std::string policy_dir, child;
-  std::size_t max_line = 4u << 20;
-  std::string transcript_dir, audit_file;
-  std::uint64_t keep = 200;
-  bool no_transcript = false;
-  std::vector<std::string> redact;
-  s.base.search_endpoint = default_search_endpoint();
+  FrontEndOptions o;
   while (auto a = args.next()) {
     const std::string& f = *a;
     if (f == "-h" || f == "--help") {
-      std::fputs(kServeHelp, stdout);
+      std::fputs(kServeUsage, stdout);
+      std::fputs(kFrontEndFlagsHelp, stdout);
       return 0;
-    } else if (f == "--model") s.base.default_model = args.value(f);
-    else if (f == "--workspace") s.default_workspace = fs::absolute(args.value(f));
-    else if (f == "--policy-dir") policy_dir = args.value(f);
-    else if (f == "--child") child = args.value(f);
-    else if (f == "--child-arg") s.base.child_args.push_back(args.value(f));
-    else if (f == "--max-concurrent") s.base.max_concurrent = args.number(f);
-    else if (f == "--max-per-turn") s.base.max_per_turn = args.number(f);
-    else if (f == "--approval-timeout") s.base.approval_timeout = parse_duration(args.value(f));
-    else if (f == "--state-dir") s.base.workspaces.state_dir = fs::absolute(args.value(f));
-    else if (f == "--lock-dir") s.base.workspaces.lock_dir = fs::absolute(args.value(f));
-    else if (f == "--max-line") max_line = args.number(f);
-    else if (f == "--transcript-dir") transcript_dir = args.value(f);
-    else if (f == "--keep-transcripts") keep = args.number(f);
-    else if (f == "--no-transcript") no_transcript = true;
-    else if (f == "--audit-log") audit_file = args.value(f);
-    else if (f == "--redact") redact.push_back(args.value(f));
-    else if (f == "--search-endpoint") s.base.search_endpoint = args.value(f);
-    else throw UsageError("unknown option '" + f + "' (see serve --help)");
+    }
+    if (!parse_front_end_flag(args, f, o)) throw UsageError("unknown option '" + f + "' (see serve --help)");
   }
-  if (s.base.max_concurrent == 0 || s.base.max_concurrent > kMaxConcurrentCeiling)
-    throw UsageError("--max-concurrent must be 1.." + std::to_string(kMaxConcurrentCeiling));
-  if (s.base.max_per_turn == 0 || s.base.max_per_turn > kMaxPerTurnCeiling)
-    throw UsageError("--max-per-turn must be 1.." + std::to_string(kMaxPerTurnCeiling));
-  if (!s.base.default_model.empty()) validate_model_spec(s.base.default_model);
-  s.base.policy_dir = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
-  ScrubOptions scrub_options;
-  scrub_options.literals = redact;
-  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
-  if (!no_transcript) {
-    TranscriptOptions t;
-    t.dir = transcript_dir;
-    t.keep = keep;
-    s.base.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
-  }
-  s.base.audit = std::make_shared<AuditLog>(
-      AuditOptions{!audit_file.empty()             ? fs::path(audit_file)
-                   : s.base.transcripts ? s.base.transcripts->dir() / "audit.jsonl"
-                                        : default_audit_file()},
-      scrubber);
-  s.base.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
+  finish_front_end(o);
+  s.base = o.base;
+  s.default_workspace = o.default_workspace;
+  const std::size_t max_line = o.max_line;
 
   s.parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
                               {[&](const json& m) { s.on_message(m); },

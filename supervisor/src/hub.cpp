@@ -175,6 +175,7 @@ SessionConfig Hub::session_config(Child& c) {
   s.approval_timeout = cfg_.approval_timeout;
   s.on_log = cfg_.on_log;
   s.on_event = cfg_.on_event;
+  s.on_progress = cfg_.on_progress;
   c.web = web_tools_for(io_, *c.preset, c.req.domains, cfg_.search_endpoint);
   s.brokered = c.web;
   if (c.worktree && c.worktree->git) {

@@ -38,6 +38,7 @@ int cmd_run(Args args);
 int cmd_sandbox(Args args);
 int cmd_policy(Args args);
 int cmd_serve(Args args);
+int cmd_mcp(Args args);
 int cmd_apply(Args args);
 
 std::string executable_dir();

@@ -75,6 +75,7 @@ struct HubConfig {
   std::string search_endpoint;                   // web_search backend for research children
   std::function<void(const std::string& line)> on_log;
   std::function<void(const nlohmann::json& event)> on_event;
+  std::function<void(const Progress&)> on_progress;  // a running child took a step (Progress::id names it)
   std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
 };
 
