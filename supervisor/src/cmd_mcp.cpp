@@ -1,10 +1,8 @@
 // `subagent-supervisor mcp`: a Model Context Protocol server on stdin/stdout, so that any MCP client
 // (Claude Code, Codex, Cursor, agent SDKs) can delegate to sandboxed children through five tools.
 // The protocol pieces live in mcp.cpp; this file wires them to a Hub.
-#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -385,9 +383,7 @@ struct McpServer {
     heartbeat.cancel();
     for (auto& [id, reply] : pending_approvals) reply(false, why);
     pending_approvals.clear();
-    auto finish = [this] { parent->flush([this] { io.stop(); }); };
-    if (!hub) return finish();
-    hub->shutdown(why, finish);
+    end_front_end(io, hub.get(), parent, why);
   }
 };
 
@@ -450,16 +446,10 @@ int cmd_mcp(Args args) {
     }
   }
 
-  s.parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, s.opts.max_line,
-                              {[&](const json& m) { s.on_message(m); },
-                               [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
-                               [&] { s.end("the client closed its input"); }});
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](boost::system::error_code ec, int sig) {
-    if (!ec) s.end(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
-  });
-  s.parent->start();
-  io.run();
+  run_parent_loop(io, s.parent, s.opts.max_line,
+                  {[&](const json& m) { s.on_message(m); },
+                   [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
+                   [&](const std::string& why) { s.end(why); }, "the client closed its input"});
   return 0;
 }
 

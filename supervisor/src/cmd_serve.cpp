@@ -1,8 +1,6 @@
 // `subagent-supervisor serve`: the JSON-lines control protocol for a parent agent on stdin/stdout.
-#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <filesystem>
 
@@ -183,9 +181,7 @@ struct Server {
   void end(const std::string& why) {
     if (ending) return;
     ending = true;
-    auto finish = [this] { parent->flush([this] { io.stop(); }); };
-    if (!hub) return finish();
-    hub->shutdown(why, finish);
+    end_front_end(io, hub.get(), parent, why);
   }
 };
 
@@ -209,16 +205,10 @@ int cmd_serve(Args args) {
   s.default_workspace = o.default_workspace;
   const std::size_t max_line = o.max_line;
 
-  s.parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
-                              {[&](const json& m) { s.on_message(m); },
-                               [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
-                               [&] { s.end("the parent closed its input"); }});
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](boost::system::error_code ec, int sig) {
-    if (!ec) s.end(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
-  });
-  s.parent->start();
-  io.run();
+  run_parent_loop(io, s.parent, max_line,
+                  {[&](const json& m) { s.on_message(m); },
+                   [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
+                   [&](const std::string& why) { s.end(why); }});
   return 0;
 }
 

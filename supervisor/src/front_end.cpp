@@ -1,5 +1,9 @@
 #include "supervisor/front_end.hpp"
 
+#include <unistd.h>
+
+#include <boost/asio/signal_set.hpp>
+
 #include "supervisor/model.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/scrub.hpp"
@@ -79,6 +83,24 @@ void finish_front_end(FrontEndOptions& o) {
                                                                           : default_audit_file()},
                                        scrubber);
   b.child_executable = o.child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(o.child);
+}
+
+void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
+                     ParentLoop loop) {
+  parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
+                            {loop.on_message, loop.on_bad_line, [&loop] { loop.on_end(loop.eof_reason); }});
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&loop](boost::system::error_code ec, int sig) {
+    if (!ec) loop.on_end(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+  });
+  parent->start();
+  io.run();
+}
+
+void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent, const std::string& why) {
+  auto finish = [&io, parent] { parent->flush([&io] { io.stop(); }); };
+  if (!hub) return finish();
+  hub->shutdown(why, finish);
 }
 
 }  // namespace supervisor::cli
