@@ -27,11 +27,7 @@ void check_limits(const json& j, const supervisor::BudgetOverrides& o) {
 
 template <class F>
 void expect_bad_request_only(F&& f) {
-  try {
-    f();
-  } catch (const supervisor::BadRequest& e) {
-    FUZZ_CHECK(*e.what() != '\0');
-  }
+  fuzz::only_throws<supervisor::BadRequest>(f);
 }
 
 void one_value(const json& j) {

@@ -31,6 +31,17 @@ class Input {
   std::abort();
 }
 
+// Runs `f`; the only exception it may throw is `Expected`, with a message. Anything else escaping
+// is a finding (libFuzzer reports the uncaught exception).
+template <class Expected, class F>
+void only_throws(F&& f) {
+  try {
+    f();
+  } catch (const Expected& e) {
+    if (*e.what() == '\0') broken("an error without a message", __FILE__, __LINE__);
+  }
+}
+
 }  // namespace fuzz
 
 #define FUZZ_CHECK(cond) \
