@@ -317,6 +317,7 @@ TEST_CASE("a grandchild that setsid()s away dies with the child") {
   s.fake_args = {name};
   auto o = run(s);
   CHECK(o.env.status == Status::failed);  // it exits without a final answer
-  // Twin: the name is visible while such a process lives (checked by the helper's self-test).
+  // Twin: hostile_children_test's "twin: the same /proc scan sees a grandchild that really outlives
+  // its parent" runs this mode unsupervised and finds the grandchild alive with the same scan.
   CHECK(test::processes_named(name) == 0);
 }
