@@ -1,17 +1,19 @@
-// subagent_bench: the benchmark suite of issue 8. Every figure is a ratio of medians (or of
-// per-message costs) measured in the same run, subject and baseline interleaved; nothing asserts a
-// time. Each benchmark writes RESULTS_DIR/<name>.json; the suite prints one table at the end and
-// writes RESULTS_DIR/summary.json.
+// subagent_bench: the benchmark suite of issue 8. Every figure is a ratio of
+// medians (or of per-message costs) measured in the same run, subject and
+// baseline interleaved; nothing asserts a time. Each benchmark writes
+// RESULTS_DIR/<name>.json; the suite prints one table at the end and writes
+// RESULTS_DIR/summary.json.
 //
 //   subagent_bench [--results DIR] [--only NAME[,NAME...]] [--quick]
 //
-// Benchmarks (names for --only): spawn, broker, concurrent, memory, enforcement, tools.
-// The subjects use the project's real code: supervisor::ChildSession (prepare + launch + protocol),
-// the real subagent-child, and child::run_tool inside sandbox::launch.
+// Benchmarks (names for --only): spawn, broker, concurrent, memory,
+// enforcement, tools. The subjects use the project's real code:
+// supervisor::ChildSession (prepare + launch + protocol), the real
+// subagent-child, and child::run_tool inside sandbox::launch.
+#include <malloc.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
-#include <poll.h>
-#include <malloc.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -28,7 +30,7 @@
 #include "min_launcher.h"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
-#include "seccomp.hpp"  // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
+#include "seccomp.hpp" // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
 #include "supervisor/model.hpp"
 #include "supervisor/preset.hpp"
 #include "supervisor/session.hpp"
@@ -46,8 +48,9 @@ struct Options {
   fs::path results;
   std::vector<std::string> only;
   bool quick = false;
-  bool wants(const std::string& name) const {
-    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  bool wants(const std::string &name) const {
+    return only.empty() ||
+           std::find(only.begin(), only.end(), name) != only.end();
   }
 };
 
@@ -55,55 +58,64 @@ struct Env {
   fs::path bin_dir;
   fs::path subagent_child, subagent_child_static, bench_child, tool_runner;
   std::shared_ptr<const supervisor::Preset> explore;
-  fs::path workspace;  // a small read-only workspace
+  fs::path workspace; // a small read-only workspace
   std::string bwrap, rg;
-  std::vector<std::string> child_env;  // what the sandbox gives the child, for the raw variants
+  std::vector<std::string>
+      child_env; // what the sandbox gives the child, for the raw variants
 };
 
 // One row of the final table.
 struct Row {
   std::string bench, measure, subject, baseline, ratio, target;
-  std::string met;  // "yes", "no" or "-"
+  std::string met; // "yes", "no" or "-"
 };
 std::vector<Row> g_rows;
 
-std::string fmt(const char* f, double v) {
+std::string fmt(const char *f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string us(double v) { return v >= 10000 ? fmt("%.1f ms", v / 1000) : fmt("%.0f us", v); }
+std::string us(double v) {
+  return v >= 10000 ? fmt("%.1f ms", v / 1000) : fmt("%.0f us", v);
+}
 
 void add_row(Row r) {
-  std::printf("  %-26s %-44s %s vs %s = %s (target %s) %s\n", r.bench.c_str(), r.measure.c_str(),
-              r.subject.c_str(), r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(),
-              r.met.c_str());
+  std::printf("  %-26s %-44s %s vs %s = %s (target %s) %s\n", r.bench.c_str(),
+              r.measure.c_str(), r.subject.c_str(), r.baseline.c_str(),
+              r.ratio.c_str(), r.target.c_str(), r.met.c_str());
   std::fflush(stdout);
   g_rows.push_back(std::move(r));
 }
 
-void write_json(const Options& o, const std::string& name, const json& j) {
+void write_json(const Options &o, const std::string &name, const json &j) {
   fs::create_directories(o.results);
   std::ofstream(o.results / (name + ".json")) << j.dump(2) << "\n";
 }
 
-// ---- the supervisor side -------------------------------------------------------------------------
+// ---- the supervisor side
+// -------------------------------------------------------------------------
 
-// A model that is called and never answers (or counts calls): the child waits for its first turn.
+// A model that is called and never answers (or counts calls): the child waits
+// for its first turn.
 class StubProvider : public supervisor::ModelProvider {
- public:
-  explicit StubProvider(std::function<void()> on_call) : on_call_(std::move(on_call)) {}
+public:
+  explicit StubProvider(std::function<void()> on_call)
+      : on_call_(std::move(on_call)) {}
   std::string describe() const override { return "bench-stub"; }
-  void start(supervisor::ModelCall, std::function<void(supervisor::ModelReply)>) override {
-    if (on_call_) on_call_();
+  void start(supervisor::ModelCall,
+             std::function<void(supervisor::ModelReply)>) override {
+    if (on_call_)
+      on_call_();
   }
   void cancel() override {}
 
- private:
+private:
   std::function<void()> on_call_;
 };
 
-SessionConfig session_config(const Env& env, const fs::path& exe, std::vector<std::string> args) {
+SessionConfig session_config(const Env &env, const fs::path &exe,
+                             std::vector<std::string> args) {
   SessionConfig c;
   c.id = supervisor::new_child_id();
   c.preset = env.explore;
@@ -115,18 +127,22 @@ SessionConfig session_config(const Env& env, const fs::path& exe, std::vector<st
   c.workspace = env.workspace;
   c.child_executable = exe;
   c.child_args = std::move(args);
-  c.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  c.on_log = [](const std::string &line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  };
   return c;
 }
 
-void run_until(asio::io_context& io, const std::function<bool()>& done) {
+void run_until(asio::io_context &io, const std::function<bool()> &done) {
   while (!done()) {
-    if (io.stopped()) io.restart();
-    if (io.run_one() == 0 && !done()) throw std::runtime_error("the event loop ran out of work");
+    if (io.stopped())
+      io.restart();
+    if (io.run_one() == 0 && !done())
+      throw std::runtime_error("the event loop ran out of work");
   }
 }
 
-std::string welcome_line(const Env& env) {
+std::string welcome_line(const Env &env) {
   proto::Welcome w;
   w.child_id = "000000000000";
   w.task.brief = "benchmark";
@@ -134,32 +150,39 @@ std::string welcome_line(const Env& env) {
   w.task.preset = env.explore->name;
   w.task.workspace = env.workspace.string();
   w.task.tools = child::tool_specs(supervisor::offered_tools(*env.explore));
-  const auto& b = env.explore->budgets;
-  w.task.limits = {b.max_steps,     b.max_tool_calls, b.max_tokens,       b.timeout_ms,
-                   b.summary_bytes, b.answer_bytes,   b.tool_result_bytes};
+  const auto &b = env.explore->budgets;
+  w.task.limits = {b.max_steps,        b.max_tool_calls, b.max_tokens,
+                   b.timeout_ms,       b.summary_bytes,  b.answer_bytes,
+                   b.tool_result_bytes};
   return proto::encode_line(w);
 }
 
-// ---- 1. spawn to ready ---------------------------------------------------------------------------
+// ---- 1. spawn to ready
+// ---------------------------------------------------------------------------
 
-// Launches through `launch(stdin, stdout, stderr)`, does the handshake as the supervisor would
-// (hello -> welcome) and stops the clock at the child's first model_request. Teardown is untimed.
-// `setup(stdin, stdout)`, when given, runs before the clock starts (to prepare a plan).
-// Where the time went: launch returned, hello read, ready.
+// Launches through `launch(stdin, stdout, stderr)`, does the handshake as the
+// supervisor would (hello -> welcome) and stops the clock at the child's first
+// model_request. Teardown is untimed. `setup(stdin, stdout)`, when given, runs
+// before the clock starts (to prepare a plan). Where the time went: launch
+// returned, hello read, ready.
 struct Phases {
   double launch = 0, hello = 0, ready = 0;
 };
 
-double spawn_raw(const std::function<pid_t(int, int, int)>& launch, const std::string& welcome,
-                 const std::function<void(int, int)>& setup = nullptr, Phases* phases = nullptr) {
+double spawn_raw(const std::function<pid_t(int, int, int)> &launch,
+                 const std::string &welcome,
+                 const std::function<void(int, int)> &setup = nullptr,
+                 Phases *phases = nullptr) {
   Pipe in, out;
-  if (setup) setup(in.read, out.write);
+  if (setup)
+    setup(in.read, out.write);
   const auto t0 = Clock::now();
   pid_t pid = launch(in.read, out.write, -1);
   const auto t_launched = Clock::now();
   in.close_read();
   out.close_write();
-  if (pid <= 0) fail_errno("launch");
+  if (pid <= 0)
+    fail_errno("launch");
   FdLines lines(out.read);
   auto hello = lines.next();
   if (!hello || hello->find("\"hello\"") == std::string::npos)
@@ -168,60 +191,78 @@ double spawn_raw(const std::function<pid_t(int, int, int)>& launch, const std::s
   write_all(in.write, welcome);
   for (;;) {
     auto l = lines.next();
-    if (!l) throw std::runtime_error("spawn: the child ended before asking for a model turn");
-    if (l->find("\"model_request\"") != std::string::npos) break;
+    if (!l)
+      throw std::runtime_error(
+          "spawn: the child ended before asking for a model turn");
+    if (l->find("\"model_request\"") != std::string::npos)
+      break;
   }
   const auto t1 = Clock::now();
   const double t = us_between(t0, t1);
-  if (phases) *phases = {us_between(t0, t_launched), us_between(t_launched, t_hello), us_between(t_hello, t1)};
-  in.close_write();  // EOF: the child stops (protocol failure, exit 3)
+  if (phases)
+    *phases = {us_between(t0, t_launched), us_between(t_launched, t_hello),
+               us_between(t_hello, t1)};
+  in.close_write(); // EOF: the child stops (protocol failure, exit 3)
   lines.drain();
   reap(pid);
   return t;
 }
 
-double spawn_session(asio::io_context& io, const Env& env, const fs::path& exe, Phases* phases = nullptr) {
+double spawn_session(asio::io_context &io, const Env &env, const fs::path &exe,
+                     Phases *phases = nullptr) {
   bool ready = false, done = false;
   Clock::time_point t1, t_started, t_hello;
   std::string reason;
   SessionConfig cfg = session_config(env, exe, {});
-  cfg.on_event = [&](const json& e) {
-    if (e["event"] == "started") t_started = Clock::now();
-    else if (e["event"] == "hello") t_hello = Clock::now();
+  cfg.on_event = [&](const json &e) {
+    if (e["event"] == "started")
+      t_started = Clock::now();
+    else if (e["event"] == "hello")
+      t_hello = Clock::now();
   };
   const auto t0 = Clock::now();
-  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>([&] {
+  auto s = ChildSession::create(io, std::move(cfg),
+                                std::make_unique<StubProvider>([&] {
                                   t1 = Clock::now();
                                   ready = true;
                                 }));
-  s->start([&](const proto::Envelope& e) {
+  s->start([&](const proto::Envelope &e) {
     done = true;
     reason = e.reason;
   });
   run_until(io, [&] { return ready || done; });
-  if (!ready) throw std::runtime_error("spawn: the sandboxed child ended early: " + reason);
-  if (phases) *phases = {us_between(t0, t_started), us_between(t_started, t_hello), us_between(t_hello, t1)};
+  if (!ready)
+    throw std::runtime_error("spawn: the sandboxed child ended early: " +
+                             reason);
+  if (phases)
+    *phases = {us_between(t0, t_started), us_between(t_started, t_hello),
+               us_between(t_hello, t1)};
   s->cancel("benchmark teardown");
   run_until(io, [&] { return done; });
   return us_between(t0, t1);
 }
 
-void bench_spawn(const Options& o, const Env& env, asio::io_context& io) {
-  std::printf("[spawn] spawn to ready: the child said hello, got its task and asked for a model turn\n");
+void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[spawn] spawn to ready: the child said hello, got its task and "
+              "asked for a model turn\n");
   const int iterations = o.quick ? 20 : 80, warmup = 5;
   const std::string welcome = welcome_line(env);
   const std::string exe = env.subagent_child.string();
 
-  // (b) the minimal C launcher: the same paths and BPF program as the explore plan.
+  // (b) the minimal C launcher: the same paths and BPF program as the explore
+  // plan.
   const auto bpf = sandbox::compile_seccomp(env.explore->sandbox);
-  sock_fprog prog{static_cast<unsigned short>(bpf.size()), const_cast<sock_filter*>(bpf.data())};
+  sock_fprog prog{static_cast<unsigned short>(bpf.size()),
+                  const_cast<sock_filter *>(bpf.data())};
   auto substitute = [&](std::vector<std::string> v) {
     std::vector<std::string> out;
-    for (auto& p : v) {
-      for (auto [key, value] : {std::pair<std::string, std::string>{"${workspace}", env.workspace.string()},
+    for (auto &p : v) {
+      for (auto [key, value] : {std::pair<std::string, std::string>{
+                                    "${workspace}", env.workspace.string()},
                                 {"${child}", exe}}) {
         auto pos = p.find(key);
-        if (pos != std::string::npos) p.replace(pos, key.size(), value);
+        if (pos != std::string::npos)
+          p.replace(pos, key.size(), value);
       }
       out.push_back(p);
     }
@@ -229,16 +270,19 @@ void bench_spawn(const Options& o, const Env& env, asio::io_context& io) {
   };
   const auto read_paths = substitute(env.explore->sandbox.read_paths);
   const auto exec_paths = substitute(env.explore->sandbox.exec_paths);
-  std::vector<const char*> rp, ep;
-  for (const auto& p : read_paths) rp.push_back(p.c_str());
-  for (const auto& p : exec_paths) ep.push_back(p.c_str());
+  std::vector<const char *> rp, ep;
+  for (const auto &p : read_paths)
+    rp.push_back(p.c_str());
+  for (const auto &p : exec_paths)
+    ep.push_back(p.c_str());
   std::vector<std::string> argv_store = {exe};
-  std::vector<char*> argv = {argv_store[0].data(), nullptr};
+  std::vector<char *> argv = {argv_store[0].data(), nullptr};
   std::vector<std::string> env_store = env.child_env;
-  std::vector<char*> envp;
-  for (auto& e : env_store) envp.push_back(e.data());
+  std::vector<char *> envp;
+  for (auto &e : env_store)
+    envp.push_back(e.data());
   envp.push_back(nullptr);
-  const auto& rl = env.explore->sandbox.rlimits;
+  const auto &rl = env.explore->sandbox.rlimits;
   auto min_c = [&](int in, int out, int err) {
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     min_launch cfg{};
@@ -262,27 +306,48 @@ void bench_spawn(const Options& o, const Env& env, asio::io_context& io) {
     return pid;
   };
   const std::string static_exe = env.subagent_child_static.string();
-  auto bare = [&](const std::string& program) {
+  auto bare = [&](const std::string &program) {
     return [&env, program](int in, int out, int err) {
-      return spawn({program}, env.child_env, in, out, err, env.workspace.c_str());
+      return spawn({program}, env.child_env, in, out, err,
+                   env.workspace.c_str());
     };
   };
   const std::string bin_dir = env.bin_dir.string(), ws = env.workspace.string();
-  auto bwrap_argv = [&](const std::string& program) {
-    return std::vector<std::string>{
-        env.bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin",
-        "/bin", "--ro-bind", bin_dir, bin_dir, "--ro-bind", ws, ws, "--chdir", ws, program};
+  auto bwrap_argv = [&](const std::string &program) {
+    return std::vector<std::string>{env.bwrap,
+                                    "--unshare-all",
+                                    "--die-with-parent",
+                                    "--ro-bind",
+                                    "/usr",
+                                    "/usr",
+                                    "--symlink",
+                                    "usr/lib",
+                                    "/lib",
+                                    "--symlink",
+                                    "usr/lib64",
+                                    "/lib64",
+                                    "--symlink",
+                                    "usr/bin",
+                                    "/bin",
+                                    "--ro-bind",
+                                    bin_dir,
+                                    bin_dir,
+                                    "--ro-bind",
+                                    ws,
+                                    ws,
+                                    "--chdir",
+                                    ws,
+                                    program};
   };
-  auto bwrap = [&](const std::string& program) {
+  auto bwrap = [&](const std::string &program) {
     return [&env, argv = bwrap_argv(program)](int in, int out, int err) {
       return spawn(argv, env.child_env, in, out, err);
     };
   };
 
-  // The launch layer alone: sandbox::launch of a plan prepared before the clock starts, with the
-  // handshake done here as for the raw variants. Splits the supervisor's cost into launch and
-  // the rest (prepare, session).
+  // The launch layer alone: sandbox::launch of a plan prepared before the clock
+  // starts, with the handshake done here as for the raw variants. Splits the
+  // supervisor's cost into launch and the rest (prepare, session).
   sandbox::PlanPtr plan;
   std::vector<double> prepare_us;
   auto prepare_plan = [&](int in, int out) {
@@ -316,30 +381,43 @@ void bench_spawn(const Options& o, const Env& env, asio::io_context& io) {
 
   using Variant = std::pair<std::string, std::function<double()>>;
   std::vector<Variant> variants = {
-      {"supervisor", [&] { return spawn_session(io, env, env.subagent_child, &ph); }},
+      {"supervisor",
+       [&] { return spawn_session(io, env, env.subagent_child, &ph); }},
       {"launch_only", launch_variant},
       {"bare", [&] { return spawn_raw(bare(exe), welcome, nullptr, &ph); }},
       {"min_c", [&] { return spawn_raw(min_c, welcome, nullptr, &ph); }},
   };
   const bool have_static = fs::exists(env.subagent_child_static);
   if (have_static) {
-    variants.push_back({"supervisor_static", [&] { return spawn_session(io, env, env.subagent_child_static, &ph); }});
-    variants.push_back({"bare_static", [&] { return spawn_raw(bare(static_exe), welcome, nullptr, &ph); }});
+    variants.push_back({"supervisor_static", [&] {
+                          return spawn_session(io, env,
+                                               env.subagent_child_static, &ph);
+                        }});
+    variants.push_back(
+        {"bare_static",
+         [&] { return spawn_raw(bare(static_exe), welcome, nullptr, &ph); }});
   }
   if (!env.bwrap.empty()) {
-    variants.push_back({"bwrap", [&] { return spawn_raw(bwrap(exe), welcome, nullptr, &ph); }});
+    variants.push_back({"bwrap", [&] {
+                          return spawn_raw(bwrap(exe), welcome, nullptr, &ph);
+                        }});
     if (have_static)
-      variants.push_back({"bwrap_static", [&] { return spawn_raw(bwrap(static_exe), welcome, nullptr, &ph); }});
+      variants.push_back({"bwrap_static", [&] {
+                            return spawn_raw(bwrap(static_exe), welcome,
+                                             nullptr, &ph);
+                          }});
   }
   std::map<std::string, std::vector<double>> samples, cpu;
   for (int round = 0; round < warmup + iterations; ++round) {
     for (std::size_t k = 0; k < variants.size(); ++k) {
-      const Variant& v = variants[(k + static_cast<std::size_t>(round)) % variants.size()];
+      const Variant &v =
+          variants[(k + static_cast<std::size_t>(round)) % variants.size()];
       ph = {};
       const double cpu0 = thread_cpu_us() + children_cpu_us();
       double t = v.second();
       const double cpu_used = thread_cpu_us() + children_cpu_us() - cpu0;
-      if (round < warmup) continue;
+      if (round < warmup)
+        continue;
       samples[v.first].push_back(t);
       cpu[v.first].push_back(cpu_used);
       phases[v.first].push_back(ph);
@@ -348,116 +426,146 @@ void bench_spawn(const Options& o, const Env& env, asio::io_context& io) {
   json j;
   j["iterations"] = iterations;
   j["warmup"] = warmup;
-  j["what"] = "microseconds from the start of the launch until the child's first model_request";
-  j["bwrap_command"] = env.bwrap.empty() ? json(nullptr) : json(bwrap_argv(exe));
+  j["what"] = "microseconds from the start of the launch until the child's "
+              "first model_request";
+  j["bwrap_command"] =
+      env.bwrap.empty() ? json(nullptr) : json(bwrap_argv(exe));
   std::map<std::string, Stats> st;
-  for (auto& [name, v] : samples) {
+  for (auto &[name, v] : samples) {
     st[name] = stats(v);
     j["results"][name] = to_json(st[name]);
     std::vector<double> l, h, r;
-    for (const Phases& p : phases[name]) {
+    for (const Phases &p : phases[name]) {
       l.push_back(p.launch);
       h.push_back(p.hello);
       r.push_back(p.ready);
     }
-    const Stats sl = stats(l), sh = stats(h), sr = stats(r), sc = stats(cpu[name]);
-    j["results"][name]["phases_p50_us"] = {{"launch", sl.p50}, {"to_hello", sh.p50}, {"to_ready", sr.p50}};
+    const Stats sl = stats(l), sh = stats(h), sr = stats(r),
+                sc = stats(cpu[name]);
+    j["results"][name]["phases_p50_us"] = {
+        {"launch", sl.p50}, {"to_hello", sh.p50}, {"to_ready", sr.p50}};
     j["results"][name]["cpu_us_per_spawn"] = to_json(sc);
-    std::printf("  %-17s p50 %6.0f us  p99 %6.0f us  (phases p50: launch %5.0f, to hello %5.0f, to ready %4.0f)  CPU p50 %5.0f us\n",
-                name.c_str(), st[name].p50, st[name].p99, sl.p50, sh.p50, sr.p50, sc.p50);
+    std::printf("  %-17s p50 %6.0f us  p99 %6.0f us  (phases p50: launch "
+                "%5.0f, to hello %5.0f, to ready %4.0f)  CPU p50 %5.0f us\n",
+                name.c_str(), st[name].p50, st[name].p99, sl.p50, sh.p50,
+                sr.p50, sc.p50);
   }
   const Stats prep = stats(prepare_us);
   j["prepare_us"] = to_json(prep);
   std::printf("  (sandbox::prepare alone, per spawn: p50 %.0f us)\n", prep.p50);
-  const double cpu_vs_min = stats(cpu["supervisor"]).p50 / stats(cpu["min_c"]).p50;
+  const double cpu_vs_min =
+      stats(cpu["supervisor"]).p50 / stats(cpu["min_c"]).p50;
   j["ratios"]["cpu_supervisor_vs_min_c_p50"] = cpu_vs_min;
   const double vs_bare = st["supervisor"].p50 / st["bare"].p50;
   const double vs_min = st["supervisor"].p50 / st["min_c"].p50;
-  j["ratios"] = {{"supervisor_vs_bare_p50", vs_bare}, {"supervisor_vs_min_c_p50", vs_min}};
-  j["targets"] = {{"supervisor_vs_min_c_max", 1.3}, {"supervisor_vs_bwrap_max", 0.5}};
-  add_row({"1 spawn to ready", "sandboxed child vs bare fork/exec (a), p50", us(st["supervisor"].p50),
-           us(st["bare"].p50), fmt("%.2fx", vs_bare), "-", "-"});
-  add_row({"1 spawn to ready", "vs minimal C launcher, same recipe (b), p50", us(st["supervisor"].p50),
-           us(st["min_c"].p50), fmt("%.2fx", vs_min), "<= 1.3x", vs_min <= 1.3 ? "yes" : "NO"});
-  add_row({"1 spawn to ready", "(b) in CPU time per spawn (parent + children), p50",
-           us(stats(cpu["supervisor"]).p50), us(stats(cpu["min_c"]).p50), fmt("%.2fx", cpu_vs_min), "-", "-"});
+  j["ratios"] = {{"supervisor_vs_bare_p50", vs_bare},
+                 {"supervisor_vs_min_c_p50", vs_min}};
+  j["targets"] = {{"supervisor_vs_min_c_max", 1.3},
+                  {"supervisor_vs_bwrap_max", 0.5}};
+  add_row({"1 spawn to ready", "sandboxed child vs bare fork/exec (a), p50",
+           us(st["supervisor"].p50), us(st["bare"].p50), fmt("%.2fx", vs_bare),
+           "-", "-"});
+  add_row({"1 spawn to ready", "vs minimal C launcher, same recipe (b), p50",
+           us(st["supervisor"].p50), us(st["min_c"].p50), fmt("%.2fx", vs_min),
+           "<= 1.3x", vs_min <= 1.3 ? "yes" : "NO"});
+  add_row({"1 spawn to ready",
+           "(b) in CPU time per spawn (parent + children), p50",
+           us(stats(cpu["supervisor"]).p50), us(stats(cpu["min_c"]).p50),
+           fmt("%.2fx", cpu_vs_min), "-", "-"});
   if (!env.bwrap.empty()) {
     const double vs_bwrap = st["supervisor"].p50 / st["bwrap"].p50;
     j["ratios"]["supervisor_vs_bwrap_p50"] = vs_bwrap;
-    add_row({"1 spawn to ready", "vs bwrap --unshare-all (c), p50", us(st["supervisor"].p50),
-             us(st["bwrap"].p50), fmt("%.2fx", vs_bwrap), "<= 0.5x", vs_bwrap <= 0.5 ? "yes" : "NO"});
+    add_row({"1 spawn to ready", "vs bwrap --unshare-all (c), p50",
+             us(st["supervisor"].p50), us(st["bwrap"].p50),
+             fmt("%.2fx", vs_bwrap), "<= 0.5x",
+             vs_bwrap <= 0.5 ? "yes" : "NO"});
     if (have_static) {
-      const double vs_bwrap_static = st["supervisor_static"].p50 / st["bwrap_static"].p50;
+      const double vs_bwrap_static =
+          st["supervisor_static"].p50 / st["bwrap_static"].p50;
       j["ratios"]["static_child_supervisor_vs_bwrap_p50"] = vs_bwrap_static;
-      add_row({"1 spawn to ready", "(c) with a static-pie child in both, p50", us(st["supervisor_static"].p50),
-               us(st["bwrap_static"].p50), fmt("%.2fx", vs_bwrap_static), "<= 0.5x",
+      add_row({"1 spawn to ready", "(c) with a static-pie child in both, p50",
+               us(st["supervisor_static"].p50), us(st["bwrap_static"].p50),
+               fmt("%.2fx", vs_bwrap_static), "<= 0.5x",
                vs_bwrap_static <= 0.5 ? "yes" : "NO"});
     }
   }
   if (have_static) {
-    const double static_vs_bare = st["supervisor_static"].p50 / st["bare_static"].p50;
+    const double static_vs_bare =
+        st["supervisor_static"].p50 / st["bare_static"].p50;
     j["ratios"]["static_child_supervisor_vs_bare_p50"] = static_vs_bare;
-    add_row({"1 spawn to ready", "(a) with a static-pie child in both, p50", us(st["supervisor_static"].p50),
-             us(st["bare_static"].p50), fmt("%.2fx", static_vs_bare), "-", "-"});
+    add_row({"1 spawn to ready", "(a) with a static-pie child in both, p50",
+             us(st["supervisor_static"].p50), us(st["bare_static"].p50),
+             fmt("%.2fx", static_vs_bare), "-", "-"});
   }
   write_json(o, "spawn_ready", j);
 }
 
-// ---- 2. broker round trip ------------------------------------------------------------------------
+// ---- 2. broker round trip
+// ------------------------------------------------------------------------
 
-std::vector<double> parse_samples_us(const std::string& text) {
+std::vector<double> parse_samples_us(const std::string &text) {
   std::vector<double> v;
   std::istringstream in(text);
   double ns;
-  while (in >> ns) v.push_back(ns / 1000.0);
+  while (in >> ns)
+    v.push_back(ns / 1000.0);
   return v;
 }
 
-// The raw floor's answer: the decision line the supervisor sends, with the request's id copied in.
+// The raw floor's answer: the decision line the supervisor sends, with the
+// request's id copied in.
 struct RawPeer {
-  std::string decision;   // template, id "t0000000"
-  std::size_t id_at = 0;  // offset of the id in the template
+  std::string decision;  // template, id "t0000000"
+  std::size_t id_at = 0; // offset of the id in the template
 
-  explicit RawPeer(const Env& env) {
+  explicit RawPeer(const Env &env) {
     std::string why;
-    supervisor::decide(*env.explore, "grep", {{"pattern", "TODO"}, {"path", "src"}}, why);
+    supervisor::decide(*env.explore, "grep",
+                       {{"pattern", "TODO"}, {"path", "src"}}, why);
     decision = proto::encode_line(proto::ToolDecision{"t0000000", true, why});
     id_at = decision.find("t0000000");
   }
-  // Handles one line from a raw child; returns the reply to write (or empty), sets *final.
-  std::string_view answer(const std::string& line, bool* is_done, bool* is_final) {
+  // Handles one line from a raw child; returns the reply to write (or empty),
+  // sets *final.
+  std::string_view answer(const std::string &line, bool *is_done,
+                          bool *is_final) {
     *is_done = *is_final = false;
     if (line.find("\"tool_request\"") != std::string::npos) {
       auto at = line.find("\"id\":\"");
-      if (at != std::string::npos) decision.replace(id_at, 8, line, at + 6, 8);
+      if (at != std::string::npos)
+        decision.replace(id_at, 8, line, at + 6, 8);
       return decision;
     }
-    if (line.find("\"tool_done\"") != std::string::npos) *is_done = true;
-    else if (line.find("\"final\"") != std::string::npos) *is_final = true;
+    if (line.find("\"tool_done\"") != std::string::npos)
+      *is_done = true;
+    else if (line.find("\"final\"") != std::string::npos)
+      *is_final = true;
     return {};
   }
 };
 
-std::vector<double> rtt_session(asio::io_context& io, const Env& env, long n) {
+std::vector<double> rtt_session(asio::io_context &io, const Env &env, long n) {
   bool done = false;
   proto::Envelope env_out;
   auto s = ChildSession::create(
       io, session_config(env, env.bench_child, {"pingpong", std::to_string(n)}),
       std::make_unique<StubProvider>(nullptr));
-  s->start([&](const proto::Envelope& e) {
+  s->start([&](const proto::Envelope &e) {
     env_out = e;
     done = true;
   });
   run_until(io, [&] { return done; });
   if (env_out.status != proto::Status::completed)
-    throw std::runtime_error("broker: the child did not complete: " + env_out.reason);
+    throw std::runtime_error("broker: the child did not complete: " +
+                             env_out.reason);
   return parse_samples_us(env_out.answer.text);
 }
 
-std::vector<double> rtt_raw(const Env& env, long n) {
+std::vector<double> rtt_raw(const Env &env, long n) {
   Pipe in, out;
-  pid_t pid = spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"},
-                    env.child_env, in.read, out.write, -1);
+  pid_t pid =
+      spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"},
+            env.child_env, in.read, out.write, -1);
   in.close_read();
   out.close_write();
   RawPeer peer(env);
@@ -466,29 +574,37 @@ std::vector<double> rtt_raw(const Env& env, long n) {
   while (auto l = lines.next()) {
     bool is_done, is_final;
     std::string_view reply = peer.answer(*l, &is_done, &is_final);
-    if (!reply.empty()) write_all(in.write, reply);
+    if (!reply.empty())
+      write_all(in.write, reply);
     if (is_final) {
       auto d = proto::decode_child_message(*l);
-      if (d) samples = parse_samples_us(std::get<proto::Final>(*d.message).answer);
+      if (d)
+        samples = parse_samples_us(std::get<proto::Final>(*d.message).answer);
     }
   }
   reap(pid);
   return samples;
 }
 
-void bench_broker(const Options& o, const Env& env, asio::io_context& io) {
-  std::printf("[broker] tool_request -> policy decision -> tool_decision, timed in the child\n");
+void bench_broker(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[broker] tool_request -> policy decision -> tool_decision, "
+              "timed in the child\n");
   const int chunks = o.quick ? 3 : 8;
-  const long per_chunk = 500, skip = 50;  // the first round trips of each chunk warm caches
+  const long per_chunk = 500,
+             skip = 50; // the first round trips of each chunk warm caches
   std::vector<double> sup, raw;
   for (int c = 0; c < chunks; ++c) {
     auto run_sup = [&] {
       auto v = rtt_session(io, env, per_chunk);
-      sup.insert(sup.end(), v.begin() + std::min<long>(skip, static_cast<long>(v.size())), v.end());
+      sup.insert(sup.end(),
+                 v.begin() + std::min<long>(skip, static_cast<long>(v.size())),
+                 v.end());
     };
     auto run_raw = [&] {
       auto v = rtt_raw(env, per_chunk);
-      raw.insert(raw.end(), v.begin() + std::min<long>(skip, static_cast<long>(v.size())), v.end());
+      raw.insert(raw.end(),
+                 v.begin() + std::min<long>(skip, static_cast<long>(v.size())),
+                 v.end());
     };
     if (c % 2) {
       run_sup();
@@ -500,9 +616,11 @@ void bench_broker(const Options& o, const Env& env, asio::io_context& io) {
   }
   Stats s = stats(sup), r = stats(raw);
   const double ratio = s.p50 / r.p50, ratio99 = s.p99 / r.p99;
-  std::printf("  supervisor p50 %.1f us p99 %.1f us; raw pipes p50 %.1f us p99 %.1f us\n", s.p50, s.p99,
-              r.p50, r.p99);
-  json j = {{"what", "microseconds per tool_request/tool_decision round trip, measured in the child"},
+  std::printf("  supervisor p50 %.1f us p99 %.1f us; raw pipes p50 %.1f us p99 "
+              "%.1f us\n",
+              s.p50, s.p99, r.p50, r.p99);
+  json j = {{"what", "microseconds per tool_request/tool_decision round trip, "
+                     "measured in the child"},
             {"chunks", chunks},
             {"round_trips_per_chunk", per_chunk},
             {"skipped_per_chunk", skip},
@@ -511,14 +629,16 @@ void bench_broker(const Options& o, const Env& env, asio::io_context& io) {
             {"ratios", {{"p50", ratio}, {"p99", ratio99}}},
             {"targets", {{"p50_max", 2.0}}}};
   write_json(o, "broker", j);
-  add_row({"2 broker round trip", "tool request via policy vs raw pipe ping-pong, p50",
-           fmt("%.1f us", s.p50), fmt("%.1f us", r.p50), fmt("%.2fx", ratio), "<= 2x",
-           ratio <= 2.0 ? "yes" : "NO"});
-  add_row({"2 broker round trip", "same, p99", fmt("%.1f us", s.p99), fmt("%.1f us", r.p99),
-           fmt("%.2fx", ratio99), "-", "-"});
+  add_row({"2 broker round trip",
+           "tool request via policy vs raw pipe ping-pong, p50",
+           fmt("%.1f us", s.p50), fmt("%.1f us", r.p50), fmt("%.2fx", ratio),
+           "<= 2x", ratio <= 2.0 ? "yes" : "NO"});
+  add_row({"2 broker round trip", "same, p99", fmt("%.1f us", s.p99),
+           fmt("%.1f us", r.p99), fmt("%.2fx", ratio99), "-", "-"});
 }
 
-// ---- 3. eight concurrent children ----------------------------------------------------------------
+// ---- 3. eight concurrent children
+// ----------------------------------------------------------------
 
 struct Window {
   Clock::time_point t;
@@ -529,51 +649,61 @@ struct FloodResult {
   double msgs_per_s = 0, cpu_us_per_msg = 0;
   std::uint64_t msgs = 0;
 };
-FloodResult flood_result(const Window& a, const Window& b) {
+FloodResult flood_result(const Window &a, const Window &b) {
   FloodResult r;
-  r.msgs = (b.round_trips - a.round_trips) * 3;  // tool_request, tool_decision, tool_done
+  r.msgs = (b.round_trips - a.round_trips) *
+           3; // tool_request, tool_decision, tool_done
   const double secs = us_between(a.t, b.t) / 1e6;
   r.msgs_per_s = static_cast<double>(r.msgs) / secs;
   r.cpu_us_per_msg = (b.cpu_us - a.cpu_us) / static_cast<double>(r.msgs);
   return r;
 }
 
-// The window opens when every child is talking and closes when the first one finishes.
-FloodResult flood_session(asio::io_context& io, const Env& env, int children, long n) {
+// The window opens when every child is talking and closes when the first one
+// finishes.
+FloodResult flood_session(asio::io_context &io, const Env &env, int children,
+                          long n) {
   std::uint64_t dones = 0;
   int hellos = 0, finished = 0;
   bool closed = false;
   Window start, stop;
   std::vector<std::shared_ptr<ChildSession>> sessions;
   for (int k = 0; k < children; ++k) {
-    SessionConfig cfg = session_config(env, env.bench_child, {"pingpong", std::to_string(n)});
-    cfg.on_event = [&](const json& e) {
-      const auto& ev = e["event"].get_ref<const std::string&>();
+    SessionConfig cfg =
+        session_config(env, env.bench_child, {"pingpong", std::to_string(n)});
+    cfg.on_event = [&](const json &e) {
+      const auto &ev = e["event"].get_ref<const std::string &>();
       if (ev == "tool_done") {
         ++dones;
       } else if (ev == "hello") {
-        if (++hellos == children) start = {Clock::now(), thread_cpu_us(), dones};
+        if (++hellos == children)
+          start = {Clock::now(), thread_cpu_us(), dones};
       } else if (ev == "final" && !closed) {
         closed = true;
         stop = {Clock::now(), thread_cpu_us(), dones};
       }
     };
-    sessions.push_back(ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr)));
+    sessions.push_back(ChildSession::create(
+        io, std::move(cfg), std::make_unique<StubProvider>(nullptr)));
   }
   std::string failure;
-  for (auto& s : sessions)
-    s->start([&](const proto::Envelope& e) {
+  for (auto &s : sessions)
+    s->start([&](const proto::Envelope &e) {
       ++finished;
-      if (e.status != proto::Status::completed) failure = e.reason;
+      if (e.status != proto::Status::completed)
+        failure = e.reason;
     });
   run_until(io, [&] { return finished == children; });
-  if (!failure.empty()) throw std::runtime_error("concurrent: a child failed: " + failure);
-  if (hellos != children || !closed) throw std::runtime_error("concurrent: no measurement window");
+  if (!failure.empty())
+    throw std::runtime_error("concurrent: a child failed: " + failure);
+  if (hellos != children || !closed)
+    throw std::runtime_error("concurrent: no measurement window");
   return flood_result(start, stop);
 }
 
-// The floor: one thread relaying the same bytes for every child with poll(2), no parsing.
-FloodResult flood_raw(const Env& env, int children, long n) {
+// The floor: one thread relaying the same bytes for every child with poll(2),
+// no parsing.
+FloodResult flood_raw(const Env &env, int children, long n) {
   struct Kid {
     std::unique_ptr<Pipe> in, out;
     pid_t pid = -1;
@@ -583,11 +713,12 @@ FloodResult flood_raw(const Env& env, int children, long n) {
   };
   RawPeer peer(env);
   std::vector<Kid> kids(static_cast<std::size_t>(children));
-  for (auto& k : kids) {
+  for (auto &k : kids) {
     k.in = std::make_unique<Pipe>();
     k.out = std::make_unique<Pipe>();
-    k.pid = spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"}, env.child_env,
-                  k.in->read, k.out->write, -1);
+    k.pid = spawn(
+        {env.bench_child.string(), "pingpong", std::to_string(n), "--raw"},
+        env.child_env, k.in->read, k.out->write, -1);
     k.in->close_read();
     k.out->close_write();
   }
@@ -600,12 +731,14 @@ FloodResult flood_raw(const Env& env, int children, long n) {
     for (std::size_t i = 0; i < kids.size(); ++i)
       fds[i] = {kids[i].eof ? -1 : kids[i].out->read, POLLIN, 0};
     if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR)
+        continue;
       fail_errno("poll");
     }
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      Kid& k = kids[i];
+      if (!(fds[i].revents & (POLLIN | POLLHUP)))
+        continue;
+      Kid &k = kids[i];
       char chunk[65536];
       ssize_t got = ::read(k.out->read, chunk, sizeof chunk);
       if (got <= 0) {
@@ -623,11 +756,13 @@ FloodResult flood_raw(const Env& env, int children, long n) {
         if (!reply.empty()) {
           if (!k.seen) {
             k.seen = true;
-            if (++seen == children) start = {Clock::now(), thread_cpu_us(), dones};
+            if (++seen == children)
+              start = {Clock::now(), thread_cpu_us(), dones};
           }
           write_all(k.in->write, reply);
         }
-        if (is_done) ++dones;
+        if (is_done)
+          ++dones;
         if (is_final && !closed) {
           closed = true;
           stop = {Clock::now(), thread_cpu_us(), dones};
@@ -636,13 +771,16 @@ FloodResult flood_raw(const Env& env, int children, long n) {
       k.buf.erase(0, pos);
     }
   }
-  for (auto& k : kids) reap(k.pid);
-  if (!closed || seen != children) throw std::runtime_error("concurrent raw: no measurement window");
+  for (auto &k : kids)
+    reap(k.pid);
+  if (!closed || seen != children)
+    throw std::runtime_error("concurrent raw: no measurement window");
   return flood_result(start, stop);
 }
 
-void bench_concurrent(const Options& o, const Env& env, asio::io_context& io) {
-  std::printf("[concurrent] 8 children, each doing sequential tool round trips as fast as it can\n");
+void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[concurrent] 8 children, each doing sequential tool round trips "
+              "as fast as it can\n");
   const int children = 8, rounds = o.quick ? 1 : 3;
   const long n = o.quick ? 1500 : 3000;
   std::vector<double> sup_rate, sup_cpu, raw_rate, raw_cpu;
@@ -654,37 +792,56 @@ void bench_concurrent(const Options& o, const Env& env, asio::io_context& io) {
     sup_cpu.push_back(a.cpu_us_per_msg);
     raw_rate.push_back(b.msgs_per_s);
     raw_cpu.push_back(b.cpu_us_per_msg);
-    runs.push_back({{"supervisor", {{"msgs_per_s", a.msgs_per_s}, {"cpu_us_per_msg", a.cpu_us_per_msg}, {"msgs", a.msgs}}},
-                    {"raw_relay", {{"msgs_per_s", b.msgs_per_s}, {"cpu_us_per_msg", b.cpu_us_per_msg}, {"msgs", b.msgs}}}});
-    std::printf("  round %d: supervisor %.0f msg/s, %.2f us CPU/msg; raw relay %.0f msg/s, %.2f us CPU/msg\n",
-                r, a.msgs_per_s, a.cpu_us_per_msg, b.msgs_per_s, b.cpu_us_per_msg);
+    runs.push_back({{"supervisor",
+                     {{"msgs_per_s", a.msgs_per_s},
+                      {"cpu_us_per_msg", a.cpu_us_per_msg},
+                      {"msgs", a.msgs}}},
+                    {"raw_relay",
+                     {{"msgs_per_s", b.msgs_per_s},
+                      {"cpu_us_per_msg", b.cpu_us_per_msg},
+                      {"msgs", b.msgs}}}});
+    std::printf("  round %d: supervisor %.0f msg/s, %.2f us CPU/msg; raw relay "
+                "%.0f msg/s, %.2f us CPU/msg\n",
+                r, a.msgs_per_s, a.cpu_us_per_msg, b.msgs_per_s,
+                b.cpu_us_per_msg);
   }
   const double rate = stats(sup_rate).p50, cpu = stats(sup_cpu).p50;
   const double rrate = stats(raw_rate).p50, rcpu = stats(raw_cpu).p50;
-  const double capacity = 1e6 / cpu;  // messages per second one core of loop could carry
-  json j = {{"children", children},
-            {"round_trips_per_child", n},
-            {"runs", runs},
-            {"supervisor", {{"msgs_per_s_p50", rate}, {"cpu_us_per_msg_p50", cpu}, {"loop_capacity_msgs_per_s", capacity}}},
-            {"raw_relay", {{"msgs_per_s_p50", rrate}, {"cpu_us_per_msg_p50", rcpu}}},
-            {"ratios", {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}}},
-            {"targets", {{"loop_capacity_min_msgs_per_s", 50000}}}};
+  const double capacity =
+      1e6 / cpu; // messages per second one core of loop could carry
+  json j = {
+      {"children", children},
+      {"round_trips_per_child", n},
+      {"runs", runs},
+      {"supervisor",
+       {{"msgs_per_s_p50", rate},
+        {"cpu_us_per_msg_p50", cpu},
+        {"loop_capacity_msgs_per_s", capacity}}},
+      {"raw_relay", {{"msgs_per_s_p50", rrate}, {"cpu_us_per_msg_p50", rcpu}}},
+      {"ratios",
+       {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}}},
+      {"targets", {{"loop_capacity_min_msgs_per_s", 50000}}}};
   write_json(o, "concurrent", j);
-  add_row({"3 eight children", "aggregate messages/s vs one-thread raw relay", fmt("%.0f/s", rate),
-           fmt("%.0f/s", rrate), fmt("%.2fx", rate / rrate), "-", "-"});
-  add_row({"3 eight children", "supervisor CPU per message vs raw relay", fmt("%.2f us", cpu),
-           fmt("%.2f us", rcpu), fmt("%.2fx", cpu / rcpu), "-", "-"});
-  add_row({"3 eight children", "loop capacity (1 core / CPU per message)", fmt("%.0f/s", capacity),
-           "50000/s", fmt("%.2fx", capacity / 50000), ">= 1x", capacity >= 50000 ? "yes" : "NO"});
+  add_row({"3 eight children", "aggregate messages/s vs one-thread raw relay",
+           fmt("%.0f/s", rate), fmt("%.0f/s", rrate),
+           fmt("%.2fx", rate / rrate), "-", "-"});
+  add_row({"3 eight children", "supervisor CPU per message vs raw relay",
+           fmt("%.2f us", cpu), fmt("%.2f us", rcpu), fmt("%.2fx", cpu / rcpu),
+           "-", "-"});
+  add_row({"3 eight children", "loop capacity (1 core / CPU per message)",
+           fmt("%.0f/s", capacity), "50000/s", fmt("%.2fx", capacity / 50000),
+           ">= 1x", capacity >= 50000 ? "yes" : "NO"});
 }
 
-// ---- 4. memory -----------------------------------------------------------------------------------
+// ---- 4. memory
+// -----------------------------------------------------------------------------------
 
-void bench_memory(const Options& o, const Env& env, asio::io_context& io) {
+void bench_memory(const Options &o, const Env &env, asio::io_context &io) {
   std::printf("[memory] live children waiting for their first model turn\n");
   const int k = o.quick ? 8 : 16, rounds = o.quick ? 2 : 4;
   std::vector<double> rss_per_child, heap_per_child, child_rss, child_pss;
-  // Warm-up: one child, so one-time state (probes, caches) is not charged to the children.
+  // Warm-up: one child, so one-time state (probes, caches) is not charged to
+  // the children.
   spawn_session(io, env, env.subagent_child);
   for (int r = 0; r < rounds; ++r) {
     ::malloc_trim(0);
@@ -695,106 +852,131 @@ void bench_memory(const Options& o, const Env& env, asio::io_context& io) {
     std::vector<std::shared_ptr<ChildSession>> sessions;
     for (int i = 0; i < k; ++i) {
       SessionConfig cfg = session_config(env, env.subagent_child, {});
-      cfg.on_event = [&](const json& e) {
-        if (e["event"] == "started") pids.push_back(e["pid"].get<pid_t>());
+      cfg.on_event = [&](const json &e) {
+        if (e["event"] == "started")
+          pids.push_back(e["pid"].get<pid_t>());
       };
-      sessions.push_back(ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>([&] { ++ready; })));
-      sessions.back()->start([&](const proto::Envelope&) { ++finished; });
+      sessions.push_back(ChildSession::create(
+          io, std::move(cfg),
+          std::make_unique<StubProvider>([&] { ++ready; })));
+      sessions.back()->start([&](const proto::Envelope &) { ++finished; });
     }
     run_until(io, [&] { return ready == k || finished > 0; });
-    if (ready != k) throw std::runtime_error("memory: a child ended early");
+    if (ready != k)
+      throw std::runtime_error("memory: a child ended early");
     const Memory after = memory_of(0);
     const std::size_t heap_after = ::mallinfo2().uordblks;
     rss_per_child.push_back((after.rss_kib - before.rss_kib) / k);
-    heap_per_child.push_back((static_cast<double>(heap_after) - static_cast<double>(heap_before)) / 1024.0 / k);
+    heap_per_child.push_back(
+        (static_cast<double>(heap_after) - static_cast<double>(heap_before)) /
+        1024.0 / k);
     for (pid_t p : pids) {
       Memory m = memory_of(p);
       child_rss.push_back(m.rss_kib);
       child_pss.push_back(m.pss_kib);
     }
-    for (auto& s : sessions) s->cancel("benchmark teardown");
+    for (auto &s : sessions)
+      s->cancel("benchmark teardown");
     run_until(io, [&] { return finished == k; });
     sessions.clear();
-    std::printf("  round %d: supervisor +%.0f KiB RSS, +%.0f KiB heap per child\n", r,
-                rss_per_child.back(), heap_per_child.back());
+    std::printf(
+        "  round %d: supervisor +%.0f KiB RSS, +%.0f KiB heap per child\n", r,
+        rss_per_child.back(), heap_per_child.back());
   }
-  const double rss = stats(rss_per_child).max;  // the first (coldest) round charges the most
+  const double rss =
+      stats(rss_per_child).max; // the first (coldest) round charges the most
   const double heap = stats(heap_per_child).p50;
   const double per_child = std::max(rss, heap);
   const Stats crss = stats(child_rss), cpss = stats(child_pss);
-  json j = {{"children_per_round", k},
-            {"rounds", rounds},
-            {"supervisor_rss_kib_per_child", rss_per_child},
-            {"supervisor_heap_kib_per_child", heap_per_child},
-            {"supervisor_kib_per_child_reported", per_child},
-            {"child_rss_kib", to_json(crss)},
-            {"child_pss_kib", to_json(cpss)},
-            {"targets", {{"supervisor_kib_per_child_max", 256}, {"child_rss_kib_max", 8192}}}};
+  json j = {
+      {"children_per_round", k},
+      {"rounds", rounds},
+      {"supervisor_rss_kib_per_child", rss_per_child},
+      {"supervisor_heap_kib_per_child", heap_per_child},
+      {"supervisor_kib_per_child_reported", per_child},
+      {"child_rss_kib", to_json(crss)},
+      {"child_pss_kib", to_json(cpss)},
+      {"targets",
+       {{"supervisor_kib_per_child_max", 256}, {"child_rss_kib_max", 8192}}}};
   write_json(o, "memory", j);
-  add_row({"4 memory", "supervisor per live child (max of RSS, heap)", fmt("%.0f KiB", per_child),
-           "256 KiB", fmt("%.2fx", per_child / 256), "<= 1x", per_child <= 256 ? "yes" : "NO"});
-  add_row({"4 memory", "child baseline RSS, p50 (PSS " + fmt("%.0f KiB", cpss.p50) + ")",
-           fmt("%.0f KiB", crss.p50), "8192 KiB", fmt("%.2fx", crss.p50 / 8192), "<= 1x",
-           crss.p50 <= 8192 ? "yes" : "NO"});
+  add_row({"4 memory", "supervisor per live child (max of RSS, heap)",
+           fmt("%.0f KiB", per_child), "256 KiB", fmt("%.2fx", per_child / 256),
+           "<= 1x", per_child <= 256 ? "yes" : "NO"});
+  add_row({"4 memory",
+           "child baseline RSS, p50 (PSS " + fmt("%.0f KiB", cpss.p50) + ")",
+           fmt("%.0f KiB", crss.p50), "8192 KiB", fmt("%.2fx", crss.p50 / 8192),
+           "<= 1x", crss.p50 <= 8192 ? "yes" : "NO"});
 }
 
-// ---- 5. enforcement precision --------------------------------------------------------------------
+// ---- 5. enforcement precision
+// --------------------------------------------------------------------
 
 struct Enforced {
-  double late_us = 0;  // envelope time minus the moment enforcement was due
+  double late_us = 0; // envelope time minus the moment enforcement was due
   double kill_late_us = 0;
 };
 
-Enforced deadline_once(asio::io_context& io, const Env& env, std::uint64_t timeout_ms, std::uint64_t grace_ms) {
+Enforced deadline_once(asio::io_context &io, const Env &env,
+                       std::uint64_t timeout_ms, std::uint64_t grace_ms) {
   SessionConfig cfg = session_config(env, env.bench_child, {"stubborn"});
   cfg.budgets.timeout_ms = timeout_ms;
   cfg.budgets.wrap_up_grace_ms = grace_ms;
   Clock::time_point started, killed, enveloped;
   bool done = false;
   proto::Status status{};
-  cfg.on_event = [&](const json& e) {
-    if (e["event"] == "started") started = Clock::now();
-    else if (e["event"] == "kill") killed = Clock::now();
+  cfg.on_event = [&](const json &e) {
+    if (e["event"] == "started")
+      started = Clock::now();
+    else if (e["event"] == "kill")
+      killed = Clock::now();
   };
-  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr));
-  s->start([&](const proto::Envelope& e) {
+  auto s = ChildSession::create(io, std::move(cfg),
+                                std::make_unique<StubProvider>(nullptr));
+  s->start([&](const proto::Envelope &e) {
     enveloped = Clock::now();
     status = e.status;
     done = true;
   });
   run_until(io, [&] { return done; });
-  if (status != proto::Status::timeout) throw std::runtime_error("enforcement: expected a timeout");
+  if (status != proto::Status::timeout)
+    throw std::runtime_error("enforcement: expected a timeout");
   const auto due = started + std::chrono::milliseconds(timeout_ms + grace_ms);
   return {us_between(due, enveloped), us_between(due, killed)};
 }
 
-double cancel_once(asio::io_context& io, const Env& env) {
+double cancel_once(asio::io_context &io, const Env &env) {
   SessionConfig cfg = session_config(env, env.bench_child, {"stubborn"});
   bool hello = false, done = false;
   Clock::time_point enveloped;
-  cfg.on_event = [&](const json& e) {
-    if (e["event"] == "hello") hello = true;
+  cfg.on_event = [&](const json &e) {
+    if (e["event"] == "hello")
+      hello = true;
   };
-  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr));
-  s->start([&](const proto::Envelope& e) {
+  auto s = ChildSession::create(io, std::move(cfg),
+                                std::make_unique<StubProvider>(nullptr));
+  s->start([&](const proto::Envelope &e) {
     enveloped = Clock::now();
     done = e.status == proto::Status::cancelled;
   });
   run_until(io, [&] { return hello; });
-  asio::steady_timer settle(io, std::chrono::milliseconds(20));  // let it fork its grandchild
+  asio::steady_timer settle(
+      io, std::chrono::milliseconds(20)); // let it fork its grandchild
   bool settled = false;
   settle.async_wait([&](boost::system::error_code) { settled = true; });
   run_until(io, [&] { return settled; });
   const auto t0 = Clock::now();
   s->cancel("benchmark");
   run_until(io, [&] { return enveloped != Clock::time_point{}; });
-  if (!done) throw std::runtime_error("enforcement: cancel did not give a cancelled envelope");
+  if (!done)
+    throw std::runtime_error(
+        "enforcement: cancel did not give a cancelled envelope");
   return us_between(t0, enveloped);
 }
 
-// The kernel floor: SIGKILL to the same sandboxed tree (launched directly with the same plan),
-// until the pid is reaped and the grandchild's copy of stdout is closed.
-double kill_floor_once(const Env& env) {
+// The kernel floor: SIGKILL to the same sandboxed tree (launched directly with
+// the same plan), until the pid is reaped and the grandchild's copy of stdout
+// is closed.
+double kill_floor_once(const Env &env) {
   Pipe out;
   sandbox::LaunchRequest req;
   req.executable = env.bench_child.string();
@@ -808,27 +990,32 @@ double kill_floor_once(const Env& env) {
   sandbox::PlanPtr plan = sandbox::prepare(env.explore->sandbox, req);
   sandbox::Child c = sandbox::launch(*plan);
   ::close(null);
-  out.close_write();  // from here, EOF on stdout means the whole tree is gone
-  if (c.pid <= 0) throw std::runtime_error("enforcement: launch gave no pid");
+  out.close_write(); // from here, EOF on stdout means the whole tree is gone
+  if (c.pid <= 0)
+    throw std::runtime_error("enforcement: launch gave no pid");
   FdLines lines(out.read);
   auto ready = lines.next();
-  ::usleep(20'000);  // as for cancel: the tree has settled
+  ::usleep(20'000); // as for cancel: the tree has settled
   const auto t0 = Clock::now();
-  ::kill(-c.pid, SIGKILL);  // c.pid > 0: its process group
+  ::kill(-c.pid, SIGKILL); // c.pid > 0: its process group
   kill_one(c.pid);
   siginfo_t info{};
-  while (::waitid(P_PIDFD, static_cast<id_t>(c.pidfd), &info, WEXITED) < 0 && errno == EINTR) {
+  while (::waitid(P_PIDFD, static_cast<id_t>(c.pidfd), &info, WEXITED) < 0 &&
+         errno == EINTR) {
   }
   lines.drain();
   const double t = us_between(t0, Clock::now());
   ::close(c.pidfd);
   sandbox::release(c);
-  if (!ready) throw std::runtime_error("enforcement: the raw stubborn child did not start");
+  if (!ready)
+    throw std::runtime_error(
+        "enforcement: the raw stubborn child did not start");
   return t;
 }
 
-void bench_enforcement(const Options& o, const Env& env, asio::io_context& io) {
-  std::printf("[enforcement] deadline+grace -> envelope (tree dead), cancel -> envelope\n");
+void bench_enforcement(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[enforcement] deadline+grace -> envelope (tree dead), cancel -> "
+              "envelope\n");
   const int iterations = o.quick ? 8 : 30;
   const std::uint64_t timeout_ms = 100, grace_ms = 50;
   std::vector<double> deadline, kill_late, cancel, floor;
@@ -836,44 +1023,53 @@ void bench_enforcement(const Options& o, const Env& env, asio::io_context& io) {
     Enforced d = deadline_once(io, env, timeout_ms, grace_ms);
     double c = cancel_once(io, env);
     double f = kill_floor_once(env);
-    if (i < 2) continue;  // warm-up
+    if (i < 2)
+      continue; // warm-up
     deadline.push_back(d.late_us);
     kill_late.push_back(d.kill_late_us);
     cancel.push_back(c);
     floor.push_back(f);
   }
-  const Stats d = stats(deadline), k = stats(kill_late), c = stats(cancel), f = stats(floor);
+  const Stats d = stats(deadline), k = stats(kill_late), c = stats(cancel),
+              f = stats(floor);
   json j = {{"iterations", iterations},
             {"timeout_ms", timeout_ms},
             {"grace_ms", grace_ms},
-            {"what",
-             "microseconds: deadline = envelope time minus (start + timeout + grace); kill = the kill "
-             "event minus the same; cancel = envelope minus cancel(); floor = SIGKILL of the same "
-             "sandboxed tree until reaped and its stdout closed"},
+            {"what", "microseconds: deadline = envelope time minus (start + "
+                     "timeout + grace); kill = the kill "
+                     "event minus the same; cancel = envelope minus cancel(); "
+                     "floor = SIGKILL of the same "
+                     "sandboxed tree until reaped and its stdout closed"},
             {"deadline_to_envelope", to_json(d)},
             {"deadline_to_kill", to_json(k)},
             {"cancel_to_envelope", to_json(c)},
             {"kill_floor", to_json(f)},
-            {"ratios", {{"deadline_vs_floor_p50", d.p50 / f.p50}, {"cancel_vs_floor_p50", c.p50 / f.p50}}},
+            {"ratios",
+             {{"deadline_vs_floor_p50", d.p50 / f.p50},
+              {"cancel_vs_floor_p50", c.p50 / f.p50}}},
             {"targets", {{"p99_max_us", 50000}}}};
   write_json(o, "enforcement", j);
   std::printf("  kill event lateness p50 %.0f us p99 %.0f us\n", k.p50, k.p99);
-  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p50", us(d.p50), us(f.p50) + " (kill floor)",
-           fmt("%.2fx", d.p50 / f.p50), "-", "-"});
-  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p99", us(d.p99), "50 ms",
-           fmt("%.2fx", d.p99 / 50000), "< 1x", d.p99 < 50000 ? "yes" : "NO"});
-  add_row({"5 enforcement", "cancel to envelope, p50", us(c.p50), us(f.p50) + " (kill floor)",
-           fmt("%.2fx", c.p50 / f.p50), "-", "-"});
-  add_row({"5 enforcement", "cancel to envelope, p99", us(c.p99), "50 ms", fmt("%.2fx", c.p99 / 50000),
-           "< 1x", c.p99 < 50000 ? "yes" : "NO"});
+  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p50",
+           us(d.p50), us(f.p50) + " (kill floor)", fmt("%.2fx", d.p50 / f.p50),
+           "-", "-"});
+  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p99",
+           us(d.p99), "50 ms", fmt("%.2fx", d.p99 / 50000), "< 1x",
+           d.p99 < 50000 ? "yes" : "NO"});
+  add_row({"5 enforcement", "cancel to envelope, p50", us(c.p50),
+           us(f.p50) + " (kill floor)", fmt("%.2fx", c.p50 / f.p50), "-", "-"});
+  add_row({"5 enforcement", "cancel to envelope, p99", us(c.p99), "50 ms",
+           fmt("%.2fx", c.p99 / 50000), "< 1x", c.p99 < 50000 ? "yes" : "NO"});
 }
 
-// ---- 6. tools inside the sandbox -----------------------------------------------------------------
+// ---- 6. tools inside the sandbox
+// -----------------------------------------------------------------
 
-// bench_tool_runner under the explore sandbox, with `workspace` as its workspace.
+// bench_tool_runner under the explore sandbox, with `workspace` as its
+// workspace.
 class ToolRunner {
- public:
-  ToolRunner(const Env& env, const fs::path& workspace) {
+public:
+  ToolRunner(const Env &env, const fs::path &workspace) {
     sandbox::LaunchRequest req;
     req.executable = env.tool_runner.string();
     req.argv = {req.executable};
@@ -899,31 +1095,37 @@ class ToolRunner {
       sandbox::release(child_);
     }
   }
-  json run(const std::string& tool, const json& args) {
+  json run(const std::string &tool, const json &args) {
     write_all(in_.write, tool + " " + args.dump() + "\n");
     auto l = lines_->next();
-    if (!l) throw std::runtime_error("tools: the runner died");
+    if (!l)
+      throw std::runtime_error("tools: the runner died");
     return json::parse(*l);
   }
 
- private:
+private:
   Pipe in_, out_;
   sandbox::Child child_;
   std::unique_ptr<FdLines> lines_;
 };
 
-// Runs a peer command with stdout drained through a pipe; returns microseconds and the output size.
-std::pair<double, std::size_t> run_peer(const std::vector<std::string>& argv, const fs::path& cwd) {
+// Runs a peer command with stdout drained through a pipe; returns microseconds
+// and the output size.
+std::pair<double, std::size_t> run_peer(const std::vector<std::string> &argv,
+                                        const fs::path &cwd) {
   Pipe out;
   const auto t0 = Clock::now();
-  pid_t pid = spawn(argv, {"PATH=/usr/bin:/bin", "LC_ALL=C"}, -1, out.write, -1, cwd.c_str());
+  pid_t pid = spawn(argv, {"PATH=/usr/bin:/bin", "LC_ALL=C"}, -1, out.write, -1,
+                    cwd.c_str());
   out.close_write();
   std::size_t bytes = 0;
   char chunk[65536];
   for (;;) {
     ssize_t n = ::read(out.read, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
     bytes += static_cast<std::size_t>(n);
   }
   reap(pid);
@@ -932,7 +1134,8 @@ std::pair<double, std::size_t> run_peer(const std::vector<std::string>& argv, co
 
 fs::path make_file_tree() {
   const fs::path root = "/tmp/subagent-bench-files";
-  if (fs::exists(root / ".complete")) return root;
+  if (fs::exists(root / ".complete"))
+    return root;
   fs::remove_all(root);
   std::printf("  creating 2 x 100,000 files under %s (once)\n", root.c_str());
   std::fflush(stdout);
@@ -942,24 +1145,30 @@ fs::path make_file_tree() {
     fs::create_directories(root / dir);
     for (int f = 0; f < 1000; ++f) {
       char name[96];
-      std::snprintf(name, sizeof name, "%s/f%05d.%s", dir, d * 1000 + f, f % 2 ? "h" : "c");
-      int fd = ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-      if (fd >= 0) ::close(fd);
+      std::snprintf(name, sizeof name, "%s/f%05d.%s", dir, d * 1000 + f,
+                    f % 2 ? "h" : "c");
+      int fd =
+          ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+      if (fd >= 0)
+        ::close(fd);
     }
   }
   fs::create_directories(root / "flat");
   for (int f = 0; f < 100000; ++f) {
     char name[64];
     std::snprintf(name, sizeof name, "flat/e%06d.txt", f);
-    int fd = ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) ::close(fd);
+    int fd =
+        ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0)
+      ::close(fd);
   }
   std::ofstream(root / ".complete") << "ok\n";
   return root;
 }
 
-void bench_tools(const Options& o, const Env& env) {
-  std::printf("[tools] the child's tools inside the sandbox vs ripgrep / find / ls\n");
+void bench_tools(const Options &o, const Env &env) {
+  std::printf(
+      "[tools] the child's tools inside the sandbox vs ripgrep / find / ls\n");
   const int iterations = o.quick ? 3 : 9, warmup = 1;
   const fs::path include = "/usr/include";
   const fs::path files = make_file_tree();
@@ -969,37 +1178,81 @@ void bench_tools(const Options& o, const Env& env) {
     fs::path workspace;
     std::vector<std::string> peer_argv;
     std::string peer_name;
-    std::string target;  // "" for none
+    std::string target; // "" for none
     double target_max = 0;
   };
-  const std::vector<std::string> rg_common = {env.rg, "--no-config", "--no-ignore", "--hidden", "--no-messages", "-n", "-s"};
+  const std::vector<std::string> rg_common = {
+      env.rg,          "--no-config", "--no-ignore", "--hidden",
+      "--no-messages", "-n",          "-s"};
   auto rg = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = rg_common;
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const std::string lit = "EPOLLEXCLUSIVE", re = R"(define\s+[A-Z_]+_MAGIC\s+0x)";
+  const std::string lit = "EPOLLEXCLUSIVE",
+                    re = R"(define\s+[A-Z_]+_MAGIC\s+0x)";
   std::vector<Case> cases;
   if (!env.rg.empty()) {
-    cases.push_back({"grep literal", "grep", {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
-                     include, rg({"-e", lit, "."}), "rg", "<= 2x", 2.0});
-    cases.push_back({"grep literal", "grep", {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
-                     include, rg({"-j1", "-e", lit, "."}), "rg -j1", "", 0});
-    cases.push_back({"grep regex", "grep", {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
-                     include, rg({"-e", re, "."}), "rg", "<= 2x", 2.0});
-    cases.push_back({"grep regex", "grep", {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
-                     include, rg({"-j1", "-e", re, "."}), "rg -j1", "", 0});
+    cases.push_back(
+        {"grep literal",
+         "grep",
+         {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
+         include,
+         rg({"-e", lit, "."}),
+         "rg",
+         "<= 2x",
+         2.0});
+    cases.push_back(
+        {"grep literal",
+         "grep",
+         {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
+         include,
+         rg({"-j1", "-e", lit, "."}),
+         "rg -j1",
+         "",
+         0});
+    cases.push_back(
+        {"grep regex",
+         "grep",
+         {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
+         include,
+         rg({"-e", re, "."}),
+         "rg",
+         "<= 2x",
+         2.0});
+    cases.push_back(
+        {"grep regex",
+         "grep",
+         {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
+         include,
+         rg({"-j1", "-e", re, "."}),
+         "rg -j1",
+         "",
+         0});
   }
-  cases.push_back({"glob **/*.c, 100k files", "glob", {{"pattern", "**/*.c"}, {"max_results", 200}},
-                   files / "tree", {"/usr/bin/find", ".", "-name", "*.c"}, "find", "", 0});
-  cases.push_back({"list_dir, 100k entries", "list_dir", {{"path", "."}, {"max_entries", 100000}},
-                   files / "flat", {"/bin/ls", "-l"}, "ls -l", "", 0});
+  cases.push_back({"glob **/*.c, 100k files",
+                   "glob",
+                   {{"pattern", "**/*.c"}, {"max_results", 200}},
+                   files / "tree",
+                   {"/usr/bin/find", ".", "-name", "*.c"},
+                   "find",
+                   "",
+                   0});
+  cases.push_back({"list_dir, 100k entries",
+                   "list_dir",
+                   {{"path", "."}, {"max_entries", 100000}},
+                   files / "flat",
+                   {"/bin/ls", "-l"},
+                   "ls -l",
+                   "",
+                   0});
 
   json j = {{"iterations", iterations}, {"cases", json::array()}};
   std::map<fs::path, std::unique_ptr<ToolRunner>> runners;
-  for (const Case& c : cases) {
-    auto& runner = runners[c.workspace];
-    if (!runner) runner = std::make_unique<ToolRunner>(env, c.workspace);
+  for (const Case &c : cases) {
+    auto &runner = runners[c.workspace];
+    if (!runner)
+      runner = std::make_unique<ToolRunner>(env, c.workspace);
     std::vector<double> tool_us, peer_us;
     std::string tail;
     std::size_t peer_bytes = 0;
@@ -1022,14 +1275,16 @@ void bench_tools(const Options& o, const Env& env) {
         b = one_peer();
         a = one_tool();
       }
-      if (i < warmup) continue;
+      if (i < warmup)
+        continue;
       tool_us.push_back(a);
       peer_us.push_back(b);
     }
     const Stats t = stats(tool_us), p = stats(peer_us);
     const double ratio = t.p50 / p.p50;
-    std::printf("  %-26s tool p50 %.1f ms; %s p50 %.1f ms; tool says: %s\n", c.name.c_str(), t.p50 / 1000,
-                c.peer_name.c_str(), p.p50 / 1000, tail.c_str());
+    std::printf("  %-26s tool p50 %.1f ms; %s p50 %.1f ms; tool says: %s\n",
+                c.name.c_str(), t.p50 / 1000, c.peer_name.c_str(), p.p50 / 1000,
+                tail.c_str());
     j["cases"].push_back({{"name", c.name},
                           {"tool", c.tool},
                           {"args", c.args},
@@ -1040,40 +1295,44 @@ void bench_tools(const Options& o, const Env& env) {
                           {"tool_summary", tail},
                           {"peer_output_bytes", peer_bytes},
                           {"ratio_p50", ratio}});
-    add_row({"6 tools", c.name + " vs " + c.peer_name + ", p50", us(t.p50), us(p.p50), fmt("%.2fx", ratio),
-             c.target.empty() ? "-" : c.target,
+    add_row({"6 tools", c.name + " vs " + c.peer_name + ", p50", us(t.p50),
+             us(p.p50), fmt("%.2fx", ratio), c.target.empty() ? "-" : c.target,
              c.target.empty() ? "-" : (ratio <= c.target_max ? "yes" : "NO")});
   }
   runners.clear();
   write_json(o, "tools", j);
 }
 
-// ---- main ----------------------------------------------------------------------------------------
+// ---- main
+// ----------------------------------------------------------------------------------------
 
-std::string first_line_with(const std::string& file, const std::string& prefix) {
+std::string first_line_with(const std::string &file,
+                            const std::string &prefix) {
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
     if (line.rfind(prefix, 0) == 0) {
       auto colon = line.find(':');
-      std::string v = colon == std::string::npos ? line : line.substr(colon + 1);
+      std::string v =
+          colon == std::string::npos ? line : line.substr(colon + 1);
       v.erase(0, v.find_first_not_of(" \t"));
       return v;
     }
   return "unknown";
 }
 
-std::string which(const std::string& name) {
-  for (const char* dir : {"/usr/bin", "/bin", "/usr/local/bin"}) {
+std::string which(const std::string &name) {
+  for (const char *dir : {"/usr/bin", "/bin", "/usr/local/bin"}) {
     fs::path p = fs::path(dir) / name;
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
+    if (::access(p.c_str(), X_OK) == 0)
+      return p.string();
   }
   return {};
 }
 
-}  // namespace
+} // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   Options o;
   o.results = fs::path(SUBAGENT_SOURCE_DIR) / "bench" / "results";
   for (int i = 1; i < argc; ++i) {
@@ -1083,12 +1342,16 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       std::stringstream list(argv[++i]);
       std::string name;
-      while (std::getline(list, name, ',')) o.only.push_back(name);
+      while (std::getline(list, name, ','))
+        o.only.push_back(name);
     } else if (a == "--quick") {
       o.quick = true;
     } else {
-      std::fprintf(stderr, "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] [--quick]\n"
-                           "names: spawn, broker, concurrent, memory, enforcement, tools\n");
+      std::fprintf(
+          stderr,
+          "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] "
+          "[--quick]\n"
+          "names: spawn, broker, concurrent, memory, enforcement, tools\n");
       return 64;
     }
   }
@@ -1099,54 +1362,75 @@ int main(int argc, char** argv) {
     env.subagent_child_static = env.bin_dir / "subagent-child-static";
     env.bench_child = env.bin_dir / "bench_child";
     env.tool_runner = env.bin_dir / "bench_tool_runner";
-    env.explore = std::make_shared<supervisor::Preset>(
-        supervisor::load_preset("explore", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
+    env.explore = std::make_shared<supervisor::Preset>(supervisor::load_preset(
+        "explore", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
     env.bwrap = which("bwrap");
     env.rg = which("rg");
     char ws[] = "/tmp/subagent-bench-ws-XXXXXX";
-    if (!::mkdtemp(ws)) fail_errno("mkdtemp");
+    if (!::mkdtemp(ws))
+      fail_errno("mkdtemp");
     env.workspace = fs::canonical(ws);
     fs::create_directories(env.workspace / "src");
-    std::ofstream(env.workspace / "src" / "main.c") << "int main(void) { return 0; } /* TODO */\n";
-    env.child_env = {"PATH=/usr/bin:/bin", "HOME=" + env.workspace.string(), "SUBAGENT_CHILD_ID=000000000000"};
+    std::ofstream(env.workspace / "src" / "main.c")
+        << "int main(void) { return 0; } /* TODO */\n";
+    env.child_env = {"PATH=/usr/bin:/bin", "HOME=" + env.workspace.string(),
+                     "SUBAGENT_CHILD_ID=000000000000"};
 
     ::signal(SIGPIPE, SIG_IGN);
     asio::io_context io;
     struct utsname uts {};
     ::uname(&uts);
-    std::printf("subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load %s\n", ::sysconf(_SC_NPROCESSORS_ONLN),
-                first_line_with("/proc/cpuinfo", "model name").c_str(), uts.release, static_cast<int>(::geteuid()),
+    std::printf("subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load %s\n",
+                ::sysconf(_SC_NPROCESSORS_ONLN),
+                first_line_with("/proc/cpuinfo", "model name").c_str(),
+                uts.release, static_cast<int>(::geteuid()),
                 first_line_with("/proc/loadavg", "").c_str());
     const auto t0 = Clock::now();
-    if (o.wants("spawn")) bench_spawn(o, env, io);
-    if (o.wants("broker")) bench_broker(o, env, io);
-    if (o.wants("concurrent")) bench_concurrent(o, env, io);
-    if (o.wants("memory")) bench_memory(o, env, io);
-    if (o.wants("enforcement")) bench_enforcement(o, env, io);
-    if (o.wants("tools")) bench_tools(o, env);
+    if (o.wants("spawn"))
+      bench_spawn(o, env, io);
+    if (o.wants("broker"))
+      bench_broker(o, env, io);
+    if (o.wants("concurrent"))
+      bench_concurrent(o, env, io);
+    if (o.wants("memory"))
+      bench_memory(o, env, io);
+    if (o.wants("enforcement"))
+      bench_enforcement(o, env, io);
+    if (o.wants("tools"))
+      bench_tools(o, env);
     fs::remove_all(env.workspace);
 
-    std::printf("\n| benchmark | measure | subject | baseline | ratio | target | met |\n");
+    std::printf("\n| benchmark | measure | subject | baseline | ratio | target "
+                "| met |\n");
     std::printf("|---|---|---:|---:|---:|---|---|\n");
     json rows = json::array();
-    for (const Row& r : g_rows) {
-      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.bench.c_str(), r.measure.c_str(), r.subject.c_str(),
-                  r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(), r.met.c_str());
-      rows.push_back({{"benchmark", r.bench}, {"measure", r.measure}, {"subject", r.subject},
-                      {"baseline", r.baseline}, {"ratio", r.ratio}, {"target", r.target}, {"met", r.met}});
+    for (const Row &r : g_rows) {
+      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.bench.c_str(),
+                  r.measure.c_str(), r.subject.c_str(), r.baseline.c_str(),
+                  r.ratio.c_str(), r.target.c_str(), r.met.c_str());
+      rows.push_back({{"benchmark", r.bench},
+                      {"measure", r.measure},
+                      {"subject", r.subject},
+                      {"baseline", r.baseline},
+                      {"ratio", r.ratio},
+                      {"target", r.target},
+                      {"met", r.met}});
     }
-    json summary = {{"machine",
-                     {{"nproc", ::sysconf(_SC_NPROCESSORS_ONLN)},
-                      {"cpu", first_line_with("/proc/cpuinfo", "model name")},
-                      {"kernel", uts.release},
-                      {"euid", ::geteuid()},
-                      {"loadavg_at_end", first_line_with("/proc/loadavg", "")}}},
-                    {"quick", o.quick},
-                    {"seconds", us_between(t0, Clock::now()) / 1e6},
-                    {"rows", rows}};
-    if (o.only.empty()) write_json(o, "summary", summary);
-    std::printf("\n(%.0f s; results in %s)\n", us_between(t0, Clock::now()) / 1e6, o.results.c_str());
-  } catch (const std::exception& e) {
+    json summary = {
+        {"machine",
+         {{"nproc", ::sysconf(_SC_NPROCESSORS_ONLN)},
+          {"cpu", first_line_with("/proc/cpuinfo", "model name")},
+          {"kernel", uts.release},
+          {"euid", ::geteuid()},
+          {"loadavg_at_end", first_line_with("/proc/loadavg", "")}}},
+        {"quick", o.quick},
+        {"seconds", us_between(t0, Clock::now()) / 1e6},
+        {"rows", rows}};
+    if (o.only.empty())
+      write_json(o, "summary", summary);
+    std::printf("\n(%.0f s; results in %s)\n",
+                us_between(t0, Clock::now()) / 1e6, o.results.c_str());
+  } catch (const std::exception &e) {
     std::fprintf(stderr, "subagent_bench: %s\n", e.what());
     return 1;
   }
