@@ -1370,6 +1370,13 @@ int main(int argc, char **argv) {
     if (!::mkdtemp(ws))
       fail_errno("mkdtemp");
     env.workspace = fs::canonical(ws);
+    struct RemoveOnExit { // also when a benchmark throws
+      fs::path dir;
+      ~RemoveOnExit() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    } remove_workspace{env.workspace};
     fs::create_directories(env.workspace / "src");
     std::ofstream(env.workspace / "src" / "main.c")
         << "int main(void) { return 0; } /* TODO */\n";
@@ -1398,7 +1405,6 @@ int main(int argc, char **argv) {
       bench_enforcement(o, env, io);
     if (o.wants("tools"))
       bench_tools(o, env);
-    fs::remove_all(env.workspace);
 
     std::printf("\n| benchmark | measure | subject | baseline | ratio | target "
                 "| met |\n");
