@@ -236,8 +236,9 @@ class Serve {
         if (j.is_discarded()) j = {{"type", "unparseable_line"}};
         ++received_;
         if (j.value("type", "") == "log") {
-          if (++logs_ <= 2000) log_lines_.push_back(j.value("line", ""));
-          continue;  // log lines are counted (the first 2,000 kept), never returned
+          const std::string line = j.value("line", "");
+          if (++logs_ <= 2000 || j.value("child_id", "x").empty()) log_lines_.push_back(line);
+          continue;  // counted (the first 2,000 and the supervisor's own kept), never returned
         }
         if (pred(j)) return j;
         seen_.push_back(j);

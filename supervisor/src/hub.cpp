@@ -310,12 +310,33 @@ void Hub::deliver(Child& c, protocol::Envelope e) {
   c.state = "done";
   c.envelope = e;
   c.session.reset();
+  // A finished child keeps only what list and output show. Its records (the transcript is on disk)
+  // and its full preset (the parsed policy file among it) grew a long-lived supervisor with every
+  // child: the soak (scripts/soak.sh) saw +17 KB a child.
+  c.records.reset();
+  auto shown = std::make_shared<Preset>();
+  shown->name = c.preset->name;
+  shown->workspace_mode = c.preset->workspace_mode;
+  c.preset = std::move(shown);
   if (cfg_.on_event)
     cfg_.on_event({{"event", "delivered"}, {"child", c.id}, {"status", protocol::to_string(e.status)}});
   auto done = std::move(c.on_done);
   c.on_done = nullptr;
   if (done) done(e);
+  forget_finished(c);
   check_shutdown();
+}
+
+void Hub::forget_finished(const Child& newest) {
+  // Only the newest kKeepFinished finished children are remembered for list and output.
+  std::size_t finished = 0;
+  auto oldest = children_.end();
+  for (auto it = children_.begin(); it != children_.end(); ++it) {
+    if (it->second->state != "done") continue;
+    ++finished;
+    if (oldest == children_.end() || it->second->queued_at < oldest->second->queued_at) oldest = it;
+  }
+  if (finished > kKeepFinished && oldest != children_.end() && oldest->second.get() != &newest) children_.erase(oldest);
 }
 
 bool Hub::cancel(const std::string& id, const std::string& reason) {

@@ -81,7 +81,25 @@ void ParentIo::on_data(std::string_view data, bool eof) {
 
 void ParentIo::send(const nlohmann::json& msg) {
   if (out_broken_) return;
+  // Log lines are the one thing a parent may lose: while it reads more slowly than children write,
+  // they are dropped (and counted) rather than queued without bound. Everything else is queued.
+  auto type = msg.is_object() ? msg.find("type") : msg.end();
+  const bool is_log = type != msg.end() && *type == "log";
+  if (is_log && queued_bytes_ > kMaxQueuedLogBytes) {
+    ++logs_dropped_;
+    return;
+  }
+  if (logs_dropped_ > 0) {
+    const std::string note = nlohmann::json{{"type", "log"}, {"child_id", ""},
+                                            {"line", "(" + std::to_string(logs_dropped_) +
+                                                         " log lines dropped: the parent read more slowly than "
+                                                         "the children wrote)"}}.dump() + "\n";
+    logs_dropped_ = 0;
+    queued_bytes_ += note.size();
+    queue_.push_back(note);
+  }
   queue_.push_back(msg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  queued_bytes_ += queue_.back().size();
   if (!writing_) do_write();
 }
 
@@ -97,6 +115,7 @@ void ParentIo::do_write() {
   if (queue_.empty() || out_broken_) {
     writing_ = false;
     queue_.clear();
+    queued_bytes_ = 0;
     for (auto& w : flush_waiters_) asio::post(io_, std::move(w));
     flush_waiters_.clear();
     return;
@@ -114,11 +133,13 @@ void ParentIo::do_write() {
       }
       off += static_cast<std::size_t>(n);
     }
+    queued_bytes_ -= queue_.front().size();
     queue_.pop_front();
     asio::post(io_, [self = shared_from_this()] { self->do_write(); });
     return;
   }
   asio::async_write(out_, asio::buffer(queue_.front()), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+    self->queued_bytes_ -= self->queue_.front().size();
     self->queue_.pop_front();
     if (ec) self->out_broken_ = true;  // the parent went away; children are still cancelled cleanly
     self->do_write();

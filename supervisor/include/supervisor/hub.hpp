@@ -57,6 +57,8 @@ struct SpawnRequest {
 
 inline constexpr std::size_t kMaxConcurrentCeiling = 64;
 inline constexpr std::size_t kMaxPerTurnCeiling = 256;
+// Finished children remembered for list and output (older ones are forgotten; transcripts remain).
+inline constexpr std::size_t kKeepFinished = 256;
 
 struct HubConfig {
   std::filesystem::path policy_dir;
@@ -118,6 +120,7 @@ class Hub {
   bool try_start(Child& c);
   void on_child_done(const std::string& id, protocol::Envelope e);
   void deliver(Child& c, protocol::Envelope e);
+  void forget_finished(const Child& newest);
   void check_shutdown();
   SessionConfig session_config(Child& c);
 

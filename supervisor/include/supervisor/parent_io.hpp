@@ -18,6 +18,9 @@ namespace supervisor {
 
 class ParentIo : public std::enable_shared_from_this<ParentIo> {
  public:
+  // Beyond this much unwritten output, `log` events are dropped (and counted in a later log line);
+  // requests' answers and envelopes are always queued.
+  static constexpr std::size_t kMaxQueuedLogBytes = 1 << 20;
   struct Handlers {
     std::function<void(const nlohmann::json& msg)> on_message;  // a JSON value (any type) per line
     std::function<void(const std::string& error)> on_bad_line;   // not JSON, not UTF-8, too long
@@ -44,6 +47,8 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   Handlers h_;
   std::array<char, 65536> buf_{};
   std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;  // in queue_
+  std::size_t logs_dropped_ = 0;  // log lines not queued since the last note about it
   bool writing_ = false;
   bool out_broken_ = false;
   std::vector<std::function<void()>> flush_waiters_;
