@@ -262,6 +262,14 @@ TEST_CASE("the parent closes its input mid-spawn") {
     CHECK(s.wait_exit() == 0);
     CHECK(test::wait_none_named(st.child.filename().string()) == 0);
   }
+  SUBCASE("the parent stops reading before anything ran: the supervisor exits 0, not by SIGPIPE") {
+    test::Serve s(test::Serve::Options{st.args()});
+    s.close_output();
+    s.send({{"type", "hello"}, {"id", "h"}});
+    s.send({{"type", "list"}, {"id", "l"}});
+    s.close_input();
+    CHECK(s.wait_exit() == 0);  // was 128 + SIGPIPE
+  }
   SUBCASE("the parent goes away entirely (stdin and stdout closed) with children running: exit 0, none left") {
     test::Serve s(test::Serve::Options{st.args()});
     REQUIRE(s.hello().value("type", "") == "hello");

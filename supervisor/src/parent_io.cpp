@@ -3,6 +3,7 @@
 #include "protocol/messages.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,9 @@ std::shared_ptr<ParentIo> ParentIo::create(asio::io_context& io, int in_fd, int 
 
 ParentIo::ParentIo(asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h)
     : io_(io), in_fd_(in_fd), out_fd_(out_fd), in_(io), out_(io), reader_(max_line), h_(std::move(h)) {
+  // A parent that stopped reading must give EPIPE (then its children are still cancelled and the
+  // supervisor exits 0), not kill the supervisor: before any child ran nothing else ignored SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
   in_regular_ = is_regular(in_fd);
   out_regular_ = is_regular(out_fd);
   if (!in_regular_) in_.assign(::fcntl(in_fd, F_DUPFD_CLOEXEC, 3));
