@@ -466,10 +466,16 @@ TEST_CASE("fork bomb, memory bomb and CPU spin are held by the process cap and r
   CHECK_OUTCOME(direct({"forkbomb", "1000"}), kSucceeded);
   CHECK_OUTCOME(direct({"membomb", "12288"}), kSucceeded);
   CHECK_OUTCOME(direct({"spin", "1.5"}), kSucceeded);
+#ifdef SUBAGENT_SANITIZER_BUILD
+  MESSAGE("memory bomb not checked in a sanitizer build: its shadow memory needs terabytes of address "
+          "space, so sandbox/launch.cpp sets no RLIMIT_AS there (sandbox_rlimits_test checks the layer says so)");
+#endif
   for (const auto& preset : kPresets) {
     INFO(preset);
     CHECK_OUTCOME(boxed(preset, w.ws.path(), {"forkbomb", "1000"}), kBlocked);
+#ifndef SUBAGENT_SANITIZER_BUILD
     CHECK_OUTCOME(boxed(preset, w.ws.path(), {"membomb", "12288"}), kBlocked);
+#endif
     auto spin = boxed(preset, w.ws.path(), {"spin", "30"}, one_second.path());
     INFO("spin: " << spin.out << spin.err);
     CHECK((spin.code == 128 + SIGXCPU || spin.code == 128 + SIGKILL));
