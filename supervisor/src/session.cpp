@@ -211,8 +211,11 @@ void ChildSession::cancel(const std::string& reason) {
   emit({{"event", "cancel"}, {"reason", reason}});
   provider_->cancel();
   if (state_ == State::starting) return;  // launch failure already reported
-  send(proto::Cancel{reason});
+  // Kill first: a child that read `cancel` before the kill landed could exit on its own, and a
+  // cancel always ends the tree the same way. The message still goes out (a pipe to a dead child
+  // is handled like any other write error).
   kill_tree("cancelled");
+  send(proto::Cancel{reason});
 }
 
 // ---- reading the child ---------------------------------------------------------------------------
