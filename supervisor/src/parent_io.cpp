@@ -125,11 +125,19 @@ void ParentIo::do_write() {
     return;
   }
   writing_ = true;
+  // One write carries everything queued (up to kWriteBatch bytes). A write per line let a flooding
+  // child's reads run between every two lines, so an answer queued behind thousands of log lines
+  // waited seconds (tests/hostile_children_test.cpp, stdout flood).
+  batch_.clear();
+  while (!queue_.empty() && (batch_.empty() || batch_.size() + queue_.front().size() <= kWriteBatch)) {
+    batch_ += queue_.front();
+    queued_bytes_ -= queue_.front().size();
+    queue_.pop_front();
+  }
   if (out_regular_) {
-    const std::string& s = queue_.front();
     std::size_t off = 0;
-    while (off < s.size()) {
-      ssize_t n = ::write(out_fd_, s.data() + off, s.size() - off);
+    while (off < batch_.size()) {
+      ssize_t n = ::write(out_fd_, batch_.data() + off, batch_.size() - off);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         out_broken_ = true;
@@ -137,14 +145,10 @@ void ParentIo::do_write() {
       }
       off += static_cast<std::size_t>(n);
     }
-    queued_bytes_ -= queue_.front().size();
-    queue_.pop_front();
     asio::post(io_, [self = shared_from_this()] { self->do_write(); });
     return;
   }
-  asio::async_write(out_, asio::buffer(queue_.front()), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-    self->queued_bytes_ -= self->queue_.front().size();
-    self->queue_.pop_front();
+  asio::async_write(out_, asio::buffer(batch_), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
     if (ec) self->out_broken_ = true;  // the parent went away; children are still cancelled cleanly
     self->do_write();
   });

@@ -46,7 +46,9 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   protocol::LineReader reader_;
   Handlers h_;
   std::array<char, 65536> buf_{};
+  static constexpr std::size_t kWriteBatch = 256 * 1024;  // bytes per write to the parent, at most
   std::deque<std::string> queue_;
+  std::string batch_;  // what the write in flight carries
   std::size_t queued_bytes_ = 0;  // in queue_
   std::size_t logs_dropped_ = 0;  // log lines not queued since the last note about it
   bool writing_ = false;
