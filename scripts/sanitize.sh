@@ -31,7 +31,9 @@ configure() {  # dir, cmake args...
   local dir=$1
   shift
   if [ ! -f "$dir/build.ninja" ]; then
-    CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    # Warnings are the gcc build's job (-Werror there); clang-16 warns about libseccomp's own
+    # initializer macros, which we cannot change.
+    CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSUBAGENT_WERROR=OFF "$@"
   fi
 }
 
@@ -62,7 +64,10 @@ run_tsan() {
 case "$what" in
   asan) run_asan ;;
   tsan) run_tsan ;;
-  all) run_asan && run_tsan ;;
+  all)  # not `run_asan && run_tsan`: set -e does not apply inside a function called from an && list
+    run_asan
+    run_tsan
+    ;;
   *)
     echo "usage: scripts/sanitize.sh [asan|tsan|all]" >&2
     exit 64
