@@ -77,7 +77,7 @@ bool running_all(test::Serve& s, const std::vector<std::string>& ids, const std:
     REQUIRE(l.is_object());
     std::size_t n = 0;
     for (const auto& c : l["children"])
-      if (std::find(ids.begin(), ids.end(), c["child_id"]) != ids.end() && c["state"] == "running" &&
+      if (std::find(ids.begin(), ids.end(), c["child_id"].get<std::string>()) != ids.end() && c["state"] == "running" &&
           c["budget_use"]["steps"].get<int>() > 0)
         ++n;
     if (n == ids.size()) return true;
