@@ -1,109 +1,19 @@
 // `subagent-supervisor serve` driven the way a parent agent drives it: JSON lines on its stdin and
 // stdout, as protocol/README.md ("Control protocol") specifies.
 #include <doctest/doctest.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
+#include "serve_driver.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;
 
 namespace {
 
-class Serve {
- public:
-  Serve(const std::vector<std::string>& extra) {
-    int in[2], out[2];
-    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // the supervisor must not hold its own stdin open
-    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(in[0], 0);
-      ::dup2(out[1], 1);
-      std::vector<std::string> argv = {test::bin("subagent-supervisor").string(), "serve", "--no-transcript",
-                                       "--state-dir", state.path().string(), "--lock-dir", (state.path() / "locks").string()};
-      argv.insert(argv.end(), extra.begin(), extra.end());
-      std::vector<char*> a;
-      for (auto& s : argv) a.push_back(s.data());
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      ::_exit(127);
-    }
-    ::close(in[0]);
-    ::close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
-  }
-  ~Serve() {
-    if (to_ >= 0) ::close(to_);
-    if (pid_ > 0) {  // never kill(-1): that is every process we may signal
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(from_);
-  }
-  void send(const json& j) {
-    std::string s = j.dump() + "\n";
-    REQUIRE(::write(to_, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
-  }
-  void send_raw(const std::string& s) { REQUIRE(::write(to_, s.data(), s.size()) == static_cast<ssize_t>(s.size())); }
-  void close_input() {
-    ::close(to_);
-    to_ = -1;
-  }
-  // Next message matching `pred` (others are kept for later), or null after 30 s.
-  json next(const std::function<bool(const json&)>& pred) {
-    for (auto it = seen_.begin(); it != seen_.end(); ++it)
-      if (pred(*it)) {
-        json j = *it;
-        seen_.erase(it);
-        return j;
-      }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        json j = json::parse(buf_.substr(0, nl));
-        buf_.erase(0, nl + 1);
-        if (pred(j)) return j;
-        seen_.push_back(j);
-        continue;
-      }
-      pollfd p{from_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char b[65536];
-      ssize_t n = ::read(from_, b, sizeof b);
-      if (n <= 0) break;
-      buf_.append(b, static_cast<std::size_t>(n));
-    }
-    return nullptr;
-  }
-  json reply(const json& id) {
-    return next([&](const json& j) { return j.contains("id") && j["id"] == id; });
-  }
-  int wait_exit() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  test::TempDir state;
-
- private:
-  pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
-  std::string buf_;
-  std::vector<json> seen_;
+// The shared driver (tests/serve_driver.hpp) with this file's defaults: no transcripts.
+struct Serve : test::Serve {
+  explicit Serve(std::vector<std::string> args) : test::Serve(Options{std::move(args)}) {}
 };
-
-std::string script(test::TempDir& d, const std::string& name, const std::string& body) {
-  return "replay:" + d.write(name, body + "\n");
-}
 
 }  // namespace
 
@@ -112,7 +22,7 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
   ws.write("a.txt", "hello\n");
   const auto child = test::private_child(scripts);
   Serve s({"--workspace", ws.path().string(), "--child", child.string(), "--model",
-           script(scripts, "q", R"({"content":"## Summary\nquick"})")});
+           test::replay(scripts, "q", R"({"content":"## Summary\nquick"})")});
   s.send({{"type", "spawn"}, {"id", 0}, {"preset", "explore"}, {"brief", "x"}});
   CHECK(s.reply(0)["message"].get<std::string>().find("send hello first") != std::string::npos);
 
@@ -131,7 +41,7 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
   CHECK(result["envelope"]["summary"] == "quick");
   CHECK(result["envelope"]["description"] == "sync one");
 
-  const std::string slow = script(scripts, "slow",
+  const std::string slow = test::replay(scripts, "slow",
                                   R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":1000,"repeat":"forever"})");
   s.send({{"type", "spawn"}, {"id", 3}, {"preset", "explore"}, {"brief", "bg"}, {"background", true}, {"model", slow}});
   json spawned = s.reply(3);
@@ -188,7 +98,7 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
 TEST_CASE("serve: approvals go to the parent labelled with the child, and its answer decides") {
   test::TempDir ws, scripts;
   ws.write("a.txt", "hello\n");
-  const std::string ask = script(scripts, "ask",
+  const std::string ask = test::replay(scripts, "ask",
                                  R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
                                  "\n"
                                  R"({"content":"done"})");
@@ -211,7 +121,7 @@ TEST_CASE("serve: approvals go to the parent labelled with the child, and its an
 
 TEST_CASE("serve: without an approver, an ask is denied at once") {
   test::TempDir ws, scripts;
-  const std::string ask = script(scripts, "ask",
+  const std::string ask = test::replay(scripts, "ask",
                                  R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
                                  "\n"
                                  R"({"content":"done"})");
