@@ -46,35 +46,6 @@ inline fs::path private_program(const TempDir& dir, const std::string& name, con
   return p;
 }
 
-struct ProcInfo {
-  pid_t pid = 0;
-  pid_t ppid = 0;
-  char state = '?';
-  std::string comm;
-};
-
-inline std::vector<ProcInfo> processes() {
-  std::vector<ProcInfo> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 4 >= line.size()) continue;
-    ProcInfo p;
-    p.pid = std::atoi(e->d_name);
-    p.comm = line.substr(open + 1, close - open - 1);
-    p.state = line[close + 2];
-    p.ppid = std::atoi(line.c_str() + close + 4);
-    out.push_back(p);
-  }
-  ::closedir(d);
-  return out;
-}
-
 // Direct children of `pid`, zombies included.
 inline std::vector<ProcInfo> children_of(pid_t pid) {
   std::vector<ProcInfo> out;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "proc_scan.hpp"
+
 namespace test {
 
 namespace fs = std::filesystem;
@@ -56,26 +58,6 @@ inline fs::path private_child(const TempDir& dir) {
   fs::copy_file(bin("subagent-child"), p, fs::copy_options::overwrite_existing);
   fs::permissions(p, fs::perms::owner_all);
   return p;
-}
-
-// Number of live (non-zombie) processes whose comm is `name`.
-inline int processes_named(const std::string& name) {
-  int n = 0;
-  DIR* d = ::opendir("/proc");
-  if (!d) return -1;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::string comm = line.substr(open + 1, close - open - 1);
-    char state = close + 2 < line.size() ? line[close + 2] : '?';
-    if (comm == name && state != 'Z') ++n;
-  }
-  ::closedir(d);
-  return n;
 }
 
 struct RunResult {
