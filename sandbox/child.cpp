@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -261,6 +262,12 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
     const long g = static_cast<long>(plan.inner_gid), u = static_cast<long>(plan.inner_uid);
     if (::syscall(SYS_setresgid, g, g, g) != 0 || ::syscall(SYS_setresuid, u, u, u) != 0)
       fail(status_fd, Step::kIdentity, errno);
+    // A change of credentials clears the parent-death signal: arm it again, then make sure the
+    // parent did not die in between (getppid() reads 0 in a PID namespace, but the parent holds
+    // the status pipe's read end until we exec: POLLERR once it is gone).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(status_fd, Step::kPdeathsig, errno);
+    struct pollfd p = {status_fd, 0, 0};
+    if (::poll(&p, 1, 0) != 0 && (p.revents & POLLERR)) ::_exit(kExitParentGone);
   }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
     fail(status_fd, Step::kCapAmbient, errno);

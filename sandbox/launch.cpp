@@ -130,7 +130,20 @@ RootLayers plan_root_and_identity(Plan& plan, const LandlockPaths& paths,
                                   const std::string& workspace, bool root) {
   RootLayers out{{"read_only_host", false, ""}, {"identity", false, ""}, {"idmapped_roots", false, ""}};
   const bool mount_ns = plan.clone_flags & CLONE_NEWNS;
-  if (root && plan.user_ns && mount_ns) {
+  // The child's own id needs every write root (and the workspace) id-mapped, or it could not
+  // write its own files there.
+  std::string unmappable;
+  for (const std::string& p : paths.write) {
+    std::error_code ec;
+    if (fs::exists(p, ec) && idmap_kind(p) == Idmap::kUnsupported) unmappable = p;
+  }
+  if (idmap_kind(workspace) == Idmap::kUnsupported) unmappable = workspace;
+  if (root && plan.user_ns && mount_ns && !unmappable.empty()) {
+    out.identity = {"identity", false,
+                    "'" + unmappable +
+                        "' is on a file system without id-mapped mounts (ext4, xfs, btrfs, f2fs, "
+                        "vfat and tmpfs have them), so the child keeps uid 0 without capabilities"};
+  } else if (root && plan.user_ns && mount_ns) {
     struct stat st {};
     if (::stat(workspace.c_str(), &st) != 0) {
       int err = errno;

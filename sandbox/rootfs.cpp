@@ -2,8 +2,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -68,6 +70,29 @@ std::string relative(const std::string& absolute) { return absolute.substr(1); }
 
 }  // namespace
 
+Idmap idmap_kind(const std::string& path) {
+  if (is_device_like(path)) return Idmap::kPlain;
+  struct statfs st {};
+  if (::statfs(path.c_str(), &st) != 0) return Idmap::kUnsupported;
+  switch (static_cast<unsigned long>(st.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case MSDOS_SUPER_MAGIC:
+    case TMPFS_MAGIC:  // Linux 6.3
+      return Idmap::kMap;
+    case DEVPTS_SUPER_MAGIC:
+    case PROC_SUPER_MAGIC:
+    case SYSFS_MAGIC:
+    case CGROUP_SUPER_MAGIC:
+    case CGROUP2_SUPER_MAGIC:
+      return Idmap::kPlain;
+    default:
+      return Idmap::kUnsupported;
+  }
+}
+
 std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
   // Canonical path -> writable; and the symlinks met on the way.
   std::map<std::string, bool> wanted;
@@ -81,7 +106,9 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
       throw SandboxError("new root: the policy path '" + path +
                          "' is the whole host tree, which cannot be bound read-only into the "
                          "child's root; name the directories it needs instead");
-    wanted[canonical] |= writable;
+    // A device node is written through its driver, not its file system: a read-only bind of it
+    // stays writable (/dev/null), and one inside a bound tree needs no bind of its own.
+    wanted[canonical] |= writable && !is_device_like(canonical);
   };
   want(paths.workspace, false);
   for (const auto& p : paths.read) want(p, false);
@@ -118,7 +145,8 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
                          " separate policy paths; list fewer, wider directories");
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) fail("inspecting '" + path + "'", errno);
-    const bool mapped = idmap && !is_device_like(path) && (writable || path == workspace);
+    const bool mapped =
+        idmap && (writable || path == workspace) && idmap_kind(path) == Idmap::kMap;
     plan.root_binds.push_back({path, writable, mapped});
     if (!outer) skeleton(path, S_ISDIR(st.st_mode) ? RootOp::kDir : RootOp::kFile, "");
     binds.push_back(

@@ -38,6 +38,12 @@ struct RootPaths {
   std::string workspace;
 };
 
+// Whether a root can be id-mapped: kMap for the disk and memory file systems that support it
+// (ext2/3/4, xfs, btrfs, f2fs, vfat, tmpfs), kPlain for pseudo file systems and device nodes (ptys,
+// /dev/null: ownership there is not the child's concern), kUnsupported for any other (e.g. NFS).
+enum class Idmap { kMap, kPlain, kUnsupported };
+Idmap idmap_kind(const std::string& path);
+
 // Fills plan.root_binds, plan.root_ops and the tmpfs options; `idmap` marks the write roots and
 // the workspace for id-mapped clones. Returns the read_only_host layer's detail. Throws
 // SandboxError (a path that cannot be inspected, too many roots, "/" as a root).

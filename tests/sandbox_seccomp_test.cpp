@@ -33,8 +33,9 @@ struct Case {
 TEST_CASE("each baseline seccomp denial, and the same action without the sandbox") {
   TempDir ws;
   auto policy = explore_policy();
-  // TIOCSTI needs a pty; grant it in Landlock so that the EPERM can only come from seccomp.
-  policy.read_paths.push_back("/dev/ptmx");
+  // TIOCSTI needs a pty; grant it in Landlock so that the EPERM can only come from seccomp. The
+  // whole /dev is bound, so that /dev/ptmx finds the /dev/pts instance beside it as on the host.
+  policy.read_paths.push_back("/dev");
   policy.write_paths.push_back("/dev/ptmx");
   policy.write_paths.push_back("/dev/pts");
   const Case cases[] = {

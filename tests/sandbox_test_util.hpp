@@ -34,7 +34,7 @@ inline sandbox::Policy explore_policy() {
 
 // The same policy without the mount namespace, so that Landlock alone decides what a path gives
 // (with it, a path outside the policy does not exist in the child's root: ENOENT, not EACCES).
-inline sandbox::Policy landlock_only(sandbox::Policy p) {
+inline sandbox::Policy without_new_root(sandbox::Policy p) {
   std::erase(p.namespaces, "mount");
   std::erase(p.required, "read_only_host");
   std::erase(p.required, "mount_namespace");
