@@ -361,11 +361,11 @@ TEST_CASE("a root supervisor's child runs under its own unprivileged host id") {
 TEST_CASE("/etc/shadow and /etc/gshadow are unreadable in every preset") {
   test::TempDir ws;
   for (const char* secret : {"/etc/shadow", "/etc/gshadow"}) {
-    INFO(secret);
+    INFO(std::string(secret));
     if (root())
       CHECK(direct({"read", secret}).code == 0);  // the twin: root reads them unsandboxed
     else
-      MESSAGE("not root: the unsandboxed twin (root reads " << secret << ") needs root");
+      MESSAGE("not root: the unsandboxed twin (root reads " << std::string(secret) << ") needs root");
     for (const auto& preset : kPresets) {
       INFO(preset);
       auto r = boxed(preset, ws.path(), {"read", secret});
