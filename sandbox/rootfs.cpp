@@ -2,14 +2,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <linux/magic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -171,6 +174,96 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
                        (writable_list.empty() ? "nothing" : writable_list);
   if (!link_detail.empty()) detail += "; symlinks kept: " + link_detail;
   return detail;
+}
+
+RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root) {
+  const std::string& workspace = paths.workspace;
+  RootLayers out{{"read_only_host", false, ""}, {"identity", false, ""}, {"idmapped_roots", false, ""}};
+  const bool mount_ns = plan.clone_flags & CLONE_NEWNS;
+  // The child's own id needs every write root (and the workspace) id-mapped, or it could not
+  // write its own files there.
+  std::string unmappable;
+  for (const std::string& p : paths.write) {
+    std::error_code ec;
+    if (fs::exists(p, ec) && idmap_kind(p) == Idmap::kUnsupported) unmappable = p;
+  }
+  if (idmap_kind(workspace) == Idmap::kUnsupported) unmappable = workspace;
+  if (root && plan.user_ns && mount_ns && !unmappable.empty()) {
+    out.identity = {"identity", false,
+                    "'" + unmappable +
+                        "' is on a file system without id-mapped mounts (ext4, xfs, btrfs, f2fs, "
+                        "vfat and tmpfs have them), so the child keeps uid 0 without capabilities"};
+  } else if (root && plan.user_ns && mount_ns) {
+    struct stat st {};
+    if (::stat(workspace.c_str(), &st) != 0) {
+      int err = errno;
+      throw SandboxError("launch request: workspace '" + workspace +
+                         "' cannot be inspected: " + std::strerror(err));
+    }
+    plan.identity = true;
+    plan.inner_uid = st.st_uid;
+    plan.inner_gid = st.st_gid;
+    char base[16];
+    std::snprintf(base, sizeof base, "0x%x", kIdentityBase);
+    out.identity = {"identity", true,
+                    std::string("host uid and gid ") + base +
+                        " + the child's host pid (one per live child, owning nothing on the "
+                        "host); inside its user namespace uid " +
+                        std::to_string(st.st_uid) + " and gid " + std::to_string(st.st_gid) +
+                        " (the workspace's owner)"};
+  } else if (!root) {
+    std::string subuid;
+    passwd pwd{};
+    passwd* pw = nullptr;
+    char pwbuf[4096];
+    if (::getpwuid_r(::getuid(), &pwd, pwbuf, sizeof pwbuf, &pw) == 0 && pw) {
+      std::ifstream in("/etc/subuid");
+      std::string line;
+      while (std::getline(in, line))
+        if (line.rfind(std::string(pw->pw_name) + ":", 0) == 0 ||
+            line.rfind(std::to_string(::getuid()) + ":", 0) == 0)
+          subuid = line;
+    }
+    out.identity = {
+        "identity", false,
+        "the supervisor is not root: the child keeps uid " + std::to_string(::getuid()) +
+            " (identity map), since an id-mapped mount of the workspace needs CAP_SYS_ADMIN in "
+            "the initial user namespace; " +
+            (subuid.empty()
+                 ? std::string("no /etc/subuid range for this user")
+                 : "the /etc/subuid range (" + subuid +
+                       ") is not used: files the child creates would belong to a subordinate id "
+                       "the user cannot edit") +
+            ". The read-only root still stops changes outside the write roots"};
+  } else {
+    out.identity = {"identity", false,
+                    std::string("needs the user and mount namespaces, which are not both in "
+                                "force; the child runs as uid 0 without capabilities")};
+  }
+
+  if (!mount_ns) {
+    out.read_only_host.detail = "needs the mount namespace";
+    out.idmapped_roots.detail = "needs the mount namespace";
+    return out;
+  }
+  out.read_only_host = {"read_only_host", true, plan_new_root(plan, paths, plan.identity)};
+  plan.parent_clones = root;
+  if (plan.identity) {
+    std::string mapped;
+    for (const RootBind& b : plan.root_binds)
+      if (b.idmapped)
+        mapped += (mapped.empty() ? "" : ", ") + b.source + (b.writable ? " (rw)" : " (ro)");
+    out.idmapped_roots = {"idmapped_roots", !mapped.empty(),
+                          mapped.empty() ? "no write root or workspace to map"
+                                         : "on-disk uid " + std::to_string(plan.inner_uid) +
+                                               " and gid " + std::to_string(plan.inner_gid) +
+                                               " are the child's in: " + mapped};
+  } else {
+    out.idmapped_roots.detail = root ? "needs the identity layer"
+                                     : "needs a root supervisor; the child keeps the user's "
+                                       "uid, so what it creates is the user's anyway";
+  }
+  return out;
 }
 
 std::vector<int> clone_roots(const Plan& plan, pid_t child) {

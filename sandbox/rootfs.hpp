@@ -49,6 +49,15 @@ Idmap idmap_kind(const std::string& path);
 // SandboxError (a path that cannot be inspected, too many roots, "/" as a root).
 std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap);
 
+struct RootLayers {
+  LayerStatus read_only_host, identity, idmapped_roots;
+};
+
+// prepare()'s part: decides the identity (root, with the user and mount namespaces in
+// plan.clone_flags, and every write root on a file system with id-mapped mounts) and plans the
+// new root (with the mount namespace). Returns the three layers, applied or with the reason.
+RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root);
+
 // Parent side of launch(), root only, after the child's id maps are written: a detached clone of
 // every root bind (id-mapped through the child's user namespace where marked, read-only where not
 // writable), in root_binds order. The caller sends and closes them. Throws SandboxError naming the
