@@ -8,11 +8,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -79,6 +82,97 @@ int bring_up_loopback() noexcept {
   return rc;
 }
 
+// Waits for the parent's release: one byte, with the new root's fds attached when the parent made
+// them (tmpfs first, then plan.root_binds in order). Returns how many fds arrived, or -1 on EOF.
+int receive_release(int sync_fd, int* fds, int max_fds, int status_fd) noexcept {
+  char go = 0;
+  struct iovec iov = {&go, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kMaxRootBinds + 1))];
+  struct msghdr msg;
+  std::memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = ::recvmsg(sync_fd, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) return -1;
+  if (msg.msg_flags & MSG_CTRUNC) fail(status_fd, Step::kReceiveMounts, EMSGSIZE);
+  int count = 0;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int in_this = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    if (count + in_this > max_fds) fail(status_fd, Step::kReceiveMounts, EMSGSIZE);
+    std::memcpy(fds + count, CMSG_DATA(c), sizeof(int) * static_cast<std::size_t>(in_this));
+    count += in_this;
+  }
+  return count;
+}
+
+// Replaces the host's tree with the new root (see rootfs.hpp): the tmpfs goes over "/", gets the
+// skeleton and the clones, becomes the root through pivot_root, and the host's tree is detached.
+void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcept {
+  const int binds = static_cast<int>(plan.root_binds.size());
+  // Without a user namespace the new mount namespace still shares propagation with the host's:
+  // make it a slave first so that nothing we mount shows up outside.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    fail(status_fd, Step::kMountSlave, errno);
+  if (plan.parent_clones) {
+    if (received != binds + 1) fail(status_fd, Step::kReceiveMounts, EPROTO);
+  } else {
+    if (received != 0) fail(status_fd, Step::kReceiveMounts, EPROTO);
+    fds[0] = sys::make_root_tmpfs();
+    if (fds[0] < 0) fail(status_fd, Step::kRootTmpfs, errno);
+    for (int i = 0; i < binds; ++i) {
+      const RootBind& b = plan.root_binds[static_cast<std::size_t>(i)];
+      fds[i + 1] = sys::open_tree_clone(AT_FDCWD, b.source.c_str(), 0);
+      if (fds[i + 1] < 0) fail(status_fd, Step::kRootClone, errno);
+      sys::MountAttr ro;
+      std::memset(&ro, 0, sizeof ro);
+      ro.attr_set = MOUNT_ATTR_RDONLY;
+      if (!b.writable && sys::mount_setattr(fds[i + 1], "", AT_EMPTY_PATH | AT_RECURSIVE, &ro) != 0)
+        fail(status_fd, Step::kRootClone, errno);
+    }
+  }
+  const int root = fds[0];
+  if (::chdir("/") != 0 ||
+      ::syscall(SYS_move_mount, root, "", AT_FDCWD, "",
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+    fail(status_fd, Step::kRootTmpfs, errno);
+  for (const RootOp& op : plan.root_ops) {
+    const char* path = op.path.c_str();
+    int rc = 0;
+    switch (op.kind) {
+      case RootOp::kDir:
+        rc = ::mkdirat(root, path, 0755);
+        break;
+      case RootOp::kFile: {
+        int fd = ::openat(root, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        rc = fd < 0 ? -1 : ::close(fd);
+        break;
+      }
+      case RootOp::kSymlink:
+        rc = ::symlinkat(op.target.c_str(), root, path);
+        break;
+      case RootOp::kBind:
+        rc = sys::move_mount_fd(fds[op.bind + 1], root, path);
+        if (rc == 0) ::close(fds[op.bind + 1]);
+        break;
+    }
+    if (rc != 0 && !(errno == EEXIST && op.kind != RootOp::kBind))
+      fail(status_fd, Step::kRootBuild, errno);
+  }
+  if (::fchdir(root) != 0 || sys::pivot_root(".", ".") != 0 || ::umount2(".", MNT_DETACH) != 0 ||
+      ::chdir("/") != 0)
+    fail(status_fd, Step::kPivotRoot, errno);
+  sys::MountAttr ro;
+  std::memset(&ro, 0, sizeof ro);
+  ro.attr_set = MOUNT_ATTR_RDONLY;
+  if (sys::mount_setattr(AT_FDCWD, "/", 0, &ro) != 0) fail(status_fd, Step::kPivotRoot, errno);
+  ::close(root);
+}
+
 }  // namespace
 
 void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
@@ -103,17 +197,17 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
     if (::write(status_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready))
       ::_exit(kExitParentGone);
   }
-  // The parent releases us by writing one byte, after writing our uid/gid maps and cgroup. If it
+  // The parent releases us by sending one byte, after writing our uid/gid maps and cgroup. If it
   // died before our PR_SET_PDEATHSIG (getppid() cannot tell in a new PID namespace: it reads 0),
-  // its end of the pipe is closed and we see EOF instead.
-  char go = 0;
-  ssize_t n;
-  while ((n = ::read(sync_fd, &go, 1)) < 0 && errno == EINTR) {
-  }
-  if (n != 1) ::_exit(kExitParentGone);
+  // its end of the socket is closed and we see EOF instead.
+  int root_fds[kMaxRootBinds + 1];
+  const int received = receive_release(sync_fd, root_fds, kMaxRootBinds + 1, status_fd);
+  if (received < 0) ::_exit(kExitParentGone);
   ::close(sync_fd);
   if (plan.dumpable_for_maps && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
     fail(status_fd, Step::kDumpable, errno);
+  // Before anything else closes fds: the received clones are still open here.
+  if (!plan.root_ops.empty()) build_root(plan, root_fds, received, status_fd);
 
   // Move the three request fds above every fd we still need, then into place; dup2 clears
   // close-on-exec on 0, 1 and 2.
@@ -132,12 +226,11 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
   // status_fd and the Landlock ruleset are close-on-exec; everything else goes now.
   if (close_except(3, status_fd, plan.landlock_fd) != 0) fail(status_fd, Step::kCloseFds, errno);
 
-  if (plan.drop_groups && ::setgroups(0, nullptr) != 0) fail(status_fd, Step::kSetgroups, errno);
+  if (plan.drop_groups && ::syscall(SYS_setgroups, 0, nullptr) != 0)  // raw: see kIdentity below
+    fail(status_fd, Step::kSetgroups, errno);
   if (plan.loopback && bring_up_loopback() != 0) fail(status_fd, Step::kLoopback, errno);
   if (!plan.protect.empty()) {
-    // Without a user namespace the new mount namespace still shares propagation with the host's:
-    // make it a slave first so that nothing we mount shows up outside.
-    if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    if (plan.root_ops.empty() && ::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
       fail(status_fd, Step::kMountSlave, errno);
     for (const ProtectedMount& m : plan.protect) {
       if (::mount(m.path.c_str(), m.path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
@@ -162,6 +255,19 @@ void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
       if (in_set == 1 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
         fail(status_fd, Step::kCapBounding, errno);
     }
+  }
+  if (plan.identity) {
+    // Raw syscalls: glibc's wrappers would try to signal the parent's other threads, which do not
+    // exist in this copy. The kernel changes this thread's ids, and we are the only thread.
+    const long g = static_cast<long>(plan.inner_gid), u = static_cast<long>(plan.inner_uid);
+    if (::syscall(SYS_setresgid, g, g, g) != 0 || ::syscall(SYS_setresuid, u, u, u) != 0)
+      fail(status_fd, Step::kIdentity, errno);
+    // A change of credentials clears the parent-death signal: arm it again, then make sure the
+    // parent did not die in between (getppid() reads 0 in a PID namespace, but the parent holds
+    // the status pipe's read end until we exec: POLLERR once it is gone).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(status_fd, Step::kPdeathsig, errno);
+    struct pollfd p = {status_fd, 0, 0};
+    if (::poll(&p, 1, 0) != 0 && (p.revents & POLLERR)) ::_exit(kExitParentGone);
   }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
     fail(status_fd, Step::kCapAmbient, errno);

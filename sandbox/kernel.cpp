@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -31,6 +32,12 @@ std::vector<LayerStatus> kernel_support() {
             ? LayerStatus{"process_cap", false,
                           "running as root (RLIMIT_NPROC does not bind) and " + cg.detail}
             : LayerStatus{"process_cap", true, cg.detail};
+    // The mount API exists when a call with a bad fd fails with anything but ENOSYS.
+    const bool mount_api =
+        ::syscall(SYS_open_tree, -1, "", 0) < 0 && errno != ENOSYS &&
+        ::syscall(SYS_mount_setattr, -1, "", 0, nullptr, 0) < 0 && errno != ENOSYS;
+    const bool mount_ns = namespaces_supported(CLONE_NEWNS | (root ? 0 : CLONE_NEWUSER));
+    const bool identity = root && user && mount_ns && mount_api;
     support = {
         {"no_new_privs", true, "PR_SET_NO_NEW_PRIVS (Linux 3.5)"},
         {"capabilities", true, "capset, PR_CAPBSET_DROP, PR_CAP_AMBIENT"},
@@ -54,6 +61,17 @@ std::vector<LayerStatus> kernel_support() {
         ns("uts_namespace", CLONE_NEWUTS),
         ns("mount_namespace", CLONE_NEWNS),
         process_cap,
+        {"read_only_host", mount_ns && mount_api,
+         !mount_api ? "needs open_tree, move_mount and mount_setattr (Linux 5.12)"
+         : mount_ns ? "pivot_root into a read-only tmpfs of bind clones"
+                    : "needs the mount namespace"},
+        {"identity", identity,
+         identity ? "a host uid/gid of its own per child, mapped to the workspace owner"
+         : !root  ? "the supervisor is not root: the child keeps the user's uid"
+                  : "needs the user and mount namespaces and the mount API"},
+        {"idmapped_roots", identity,
+         identity ? "id-mapped mounts (mount_setattr MOUNT_ATTR_IDMAP) of the write roots"
+                  : "needs the identity layer"},
     };
   });
   return support;

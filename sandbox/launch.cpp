@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include "layer_names.hpp"
 #include "namespaces.hpp"
 #include "plan.hpp"
+#include "rootfs.hpp"
 #include "seccomp.hpp"
 #include "syscalls.hpp"
 
@@ -163,6 +165,18 @@ const char* step_name(Step step) noexcept {
       return "seccomp_set_mode_filter";
     case Step::kExecve:
       return "execve";
+    case Step::kRootClone:
+      return "clone_root_path";
+    case Step::kRootTmpfs:
+      return "root_tmpfs";
+    case Step::kRootBuild:
+      return "build_root";
+    case Step::kPivotRoot:
+      return "pivot_root";
+    case Step::kIdentity:
+      return "set_identity";
+    case Step::kReceiveMounts:
+      return "receive_root_fds";
   }
   return "unknown";
 }
@@ -316,6 +330,8 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   plan->dumpable_for_maps = plan->user_ns && !root;
   plan->have_setpcap = plan->user_ns || has_cap_setpcap();
   plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
+  const RootLayers root_layers =
+      plan_root_and_identity(*plan, {paths.read, paths.write, paths.execute, sub.workspace}, root);
 
   // Protected paths inside write roots: Landlock rights only add up, so they are bind-mounted
   // read-only over themselves in the child's mount namespace (EROFS for every write beneath).
@@ -407,8 +423,11 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
       {"seccomp", true,
        std::to_string(plan->bpf.size()) + " BPF instructions; see the syscall table"},
       ns_layer("user_namespace", "user", CLONE_NEWUSER,
-               "identity map of uid " + std::to_string(plan->uid) + " and gid " +
-                   std::to_string(plan->gid)),
+               plan->identity ? "uid " + std::to_string(plan->inner_uid) + " and gid " +
+                                    std::to_string(plan->inner_gid) +
+                                    " mapped to the child's own host id (see identity)"
+                              : "identity map of uid " + std::to_string(plan->uid) +
+                                    " and gid " + std::to_string(plan->gid)),
       ns_layer("pid_namespace", "pid", CLONE_NEWPID,
                "the target is PID 1; every descendant dies with it"),
       ns_layer(
@@ -418,6 +437,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
       ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
       ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table" + protected_detail),
       process_cap,
+      root_layers.read_only_host,
+      root_layers.identity,
+      root_layers.idmapped_roots,
   };
   for (const std::string& name : policy.required) {
     auto it = std::find_if(plan->layers.begin(), plan->layers.end(),
@@ -432,15 +454,15 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
 std::vector<LayerStatus> layers(const Plan& plan) { return plan.layers; }
 
 Child launch(const Plan& plan) {
-  int status_pipe[2], sync_pipe[2];
+  int status_pipe[2], sync_pipe[2];  // sync: a socket, to pass the new root's fds (rootfs.hpp)
   if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
     int err = errno;
     throw SandboxError(std::string("launch: pipe2 failed: ") + std::strerror(err));
   }
   Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
-  if (::pipe2(sync_pipe, O_CLOEXEC) != 0) {
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_pipe) != 0) {
     int err = errno;
-    throw SandboxError(std::string("launch: pipe2 failed: ") + std::strerror(err));
+    throw SandboxError(std::string("launch: socketpair failed: ") + std::strerror(err));
   }
   Fd sync_read(sync_pipe[0]), sync_write(sync_pipe[1]);
 
@@ -504,19 +526,23 @@ Child launch(const Plan& plan) {
     }
     if (static_cast<Step>(record.step) != Step::kMapsReady) throw step_failed(record);
   }
+  std::vector<int> root_fds;
   try {
-    if (plan.user_ns) write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
+    if (plan.identity) {
+      const uid_t outside = kIdentityBase + static_cast<uid_t>(child.pid);
+      write_id_maps(child.pid, plan.inner_uid, outside, plan.inner_gid, outside, plan.drop_groups);
+    } else if (plan.user_ns) {
+      write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
+    }
     if (!child.cgroup.empty()) add_to_cgroup(child.cgroup, child.pid);
+    if (plan.parent_clones) root_fds = clone_roots(plan, child.pid);
+    send_release(sync_write.get(), root_fds);
   } catch (...) {
+    for (int fd : root_fds) ::close(fd);
     abandon();
     throw;
   }
-  const char go = 1;
-  if (::write(sync_write.get(), &go, 1) != 1) {
-    int err = errno;
-    abandon();
-    throw SandboxError(std::string("launch: releasing the child failed: ") + std::strerror(err));
-  }
+  for (int fd : root_fds) ::close(fd);
   sync_write.reset();
 
   if (!read_status(&record)) return child;  // close-on-exec closed the pipe: execve succeeded

@@ -10,10 +10,12 @@ inline constexpr std::array<std::string_view, 6> kNamespaceNames = {"user", "pid
                                                                     "ipc",  "uts", "mount"};
 
 // Every layer launch() can apply, in the order layers() reports them.
-inline constexpr std::array<std::string_view, 17> kLayerNames = {
+inline constexpr std::array<std::string_view, 20> kLayerNames = {
     "no_new_privs",    "capabilities",  "session",       "pdeathsig",       "close_fds",
     "clean_env",       "rlimits",       "landlock",      "landlock_scopes", "seccomp",
     "user_namespace",  "pid_namespace", "net_namespace", "ipc_namespace",   "uts_namespace",
-    "mount_namespace", "process_cap"};
+    "mount_namespace", "process_cap",
+    // rootfs.hpp
+    "read_only_host",  "identity",      "idmapped_roots"};
 
 }  // namespace sandbox

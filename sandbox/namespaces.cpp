@@ -54,10 +54,17 @@ bool namespaces_supported(unsigned long clone_flags) {
 }
 
 void write_id_maps(pid_t child, uid_t uid, gid_t gid, bool allow_setgroups) {
+  write_id_maps(child, uid, uid, gid, gid, allow_setgroups);
+}
+
+void write_id_maps(pid_t child, uid_t inner_uid, uid_t outer_uid, gid_t inner_gid,
+                   gid_t outer_gid, bool allow_setgroups) {
   const std::string proc = "/proc/" + std::to_string(child) + "/";
-  write_file(proc + "uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n");
+  write_file(proc + "uid_map",
+             std::to_string(inner_uid) + " " + std::to_string(outer_uid) + " 1\n");
   if (!allow_setgroups) write_file(proc + "setgroups", "deny\n");
-  write_file(proc + "gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n");
+  write_file(proc + "gid_map",
+             std::to_string(inner_gid) + " " + std::to_string(outer_gid) + " 1\n");
 }
 
 }  // namespace sandbox

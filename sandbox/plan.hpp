@@ -26,6 +26,13 @@ enum class Step : std::int32_t {
   kLoopback,
   kMountSlave,
   kProtect,
+  // Appended so the numbers above keep their meaning.
+  kRootClone,     // open_tree of one root to bind into the new root
+  kRootTmpfs,     // the tmpfs that becomes the child's /
+  kRootBuild,     // a directory, file, symlink or bind in the new root
+  kPivotRoot,     // pivot_root into the new root and detach the host's tree
+  kIdentity,      // setresgid/setresuid to the ids mapped for the child
+  kReceiveMounts, // the id-mapped mounts the parent passes over the sync socket
   kRlimits,
   kSecurebits,
   kCapBounding,
@@ -50,6 +57,22 @@ struct ProtectedMount {
   std::string path;
   unsigned long flags;
 };
+
+// The child's root filesystem (rootfs.cpp builds it, child.cpp applies it): an empty tmpfs that
+// receives a detached clone of each policy path, so nothing of the host exists in the child but
+// those paths, each read-only unless it is a write root.
+struct RootBind {
+  std::string source;     // canonical host path (no symlink in it)
+  bool writable = false;  // a write root: the clone keeps its flags; otherwise read-only
+  bool idmapped = false;  // the parent makes this clone, id-mapped through the child's user ns
+};
+struct RootOp {
+  enum Kind { kDir, kFile, kSymlink, kBind } kind;
+  std::string path;    // relative to the new root, e.g. "usr/lib"
+  std::string target;  // kSymlink: the link's text, as on the host
+  int bind = -1;       // kBind: index into root_binds
+};
+inline constexpr int kMaxRootBinds = 64;
 
 struct Limit {
   int resource;
@@ -87,6 +110,20 @@ class Plan {
   bool have_setpcap = false;            // can set securebits and empty the bounding set
   bool loopback = false;                // bring up lo in the new network namespace
   std::vector<ProtectedMount> protect;  // needs the mount namespace
+
+  // New root (needs the mount namespace); empty root_ops = the host's tree, as it is.
+  std::vector<RootBind> root_binds;
+  std::vector<RootOp> root_ops;
+  // Root: the parent makes the tmpfs and clones every root bind, and sends the fds with the
+  // release (tmpfs first, then root_binds in order): it can reach and id-map what the child, root
+  // only in its own user namespace, cannot. Otherwise the child makes them itself.
+  bool parent_clones = false;
+
+  // Identity (root supervisor with a user namespace): the child's uid/gid inside its namespace are
+  // the workspace owner's; outside they are kIdentityBase + the child's host pid (see rootfs.hpp).
+  bool identity = false;
+  uid_t inner_uid = 0;
+  gid_t inner_gid = 0;
 
   std::string cgroup_root;  // per-launch pids cgroups are made here; empty = none
   std::uint64_t pids_max = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, then runs one of
 #   demo    the README's demo: a real explore child reads and greps this repository and reports
-#   test    the whole test suite (CTest), then the sanitizer builds and short fuzz runs
+#   test    the whole test suite (CTest), the sandbox and run CLI tests again as an unprivileged
+#           user (scripts/unprivileged.sh), then the sanitizer builds and short fuzz runs
 #           (scripts/sanitize.sh, scripts/fuzz.sh)
 #   test-quick  the test suite only
 #   build   just the build
@@ -68,6 +69,7 @@ case "$action" in
     ;;
   test)
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
+    SUBAGENT_BUILD_DIR="$build_dir" "$here/scripts/unprivileged.sh"
     "$here/scripts/sanitize.sh" all
     exec "$here/scripts/fuzz.sh"
     ;;

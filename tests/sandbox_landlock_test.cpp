@@ -31,7 +31,7 @@ TEST_CASE("reading outside the read roots is denied, also through a symlink") {
   write_file(ws.path / "inside.txt", "ok");
   write_file(outside.path / "secret.txt", "secret");
   fs::create_symlink(outside.path / "secret.txt", ws.path / "link.txt");
-  auto policy = explore_policy();
+  auto policy = without_new_root(explore_policy());
   for (const char* name : {"inside.txt", "link.txt"})
     CHECK(exit_code(run_plain({"read", (ws.path / name).string()}).status) == 0);
   CHECK(exit_code(run_plain({"read", (outside.path / "secret.txt").string()}).status) == 0);
@@ -49,7 +49,7 @@ TEST_CASE("reading outside the read roots is denied, also through a symlink") {
 TEST_CASE("a hard link to a file outside the roots cannot be made") {
   TempDir ws, outside;
   write_file(outside.path / "secret.txt", "secret");
-  auto policy = explore_policy();
+  auto policy = without_new_root(explore_policy());
   policy.write_paths = {"${workspace}"};
   CHECK(exit_code(run_plain({"link", (outside.path / "secret.txt").string(),
                              (ws.path / "plain-hard.txt").string()})
@@ -64,8 +64,8 @@ TEST_CASE("a hard link to a file outside the roots cannot be made") {
 
 TEST_CASE("writing outside the write roots is denied; inside them it works") {
   TempDir ws, outside;
-  auto read_only = explore_policy();
-  auto writer = explore_policy();
+  auto read_only = without_new_root(explore_policy());
+  auto writer = without_new_root(explore_policy());
   writer.write_paths = {"${workspace}"};
   writer.rlimits.file_size_mb = 1;
   CHECK(exit_code(run_plain({"write", (outside.path / "new.txt").string()}).status) == 0);
@@ -89,7 +89,7 @@ TEST_CASE("a program outside the execute roots cannot be executed") {
   CHECK(exit_code(plain.status) == 0);
   auto req = request_for(ws.path, {"true"});
   req.executable = (ws.path / "probe-copy").string();
-  auto plan = sandbox::prepare(explore_policy(), req);
+  auto plan = sandbox::prepare(without_new_root(explore_policy()), req);
   CHECK_THROWS_WITH_AS(
       sandbox::launch(*plan),
       ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied").c_str(),
@@ -99,7 +99,7 @@ TEST_CASE("a program outside the execute roots cannot be executed") {
 TEST_CASE("signals to processes outside the sandbox are scoped away (Landlock ABI 6)") {
   if (sandbox::kernel_support()[8].applied == false) return;  // landlock_scopes
   TempDir ws;
-  auto policy = explore_policy();
+  auto policy = without_new_root(explore_policy());
   policy.namespaces = {"user", "net"};  // same PID namespace, so only Landlock can refuse
   const std::string me = std::to_string(::getpid());
   CHECK(exit_code(run_plain({"kill", me}).status) == 0);
@@ -110,7 +110,7 @@ TEST_CASE("protected paths inside a write root are read-only; the rest of the ro
   TempDir ws;
   fs::create_directories(ws.path / ".git" / "hooks");
   write_file(ws.path / ".git" / "config", "[core]\n");
-  auto policy = explore_policy();
+  auto policy = explore_policy();  // protected paths need the mount namespace
   policy.write_paths = {"${workspace}"};
   policy.protected_paths = {".git"};
   policy.rlimits.file_size_mb = 1;

@@ -36,7 +36,7 @@ TEST_CASE("explore.json parses") {
   CHECK(policy.rlimits.processes == 32);
   CHECK(policy.namespaces.size() == 6);
   CHECK(policy.env_set.at("PATH") == "/usr/bin:/bin");
-  CHECK(policy.required.size() == 5);
+  CHECK(policy.required.size() == 6);
 }
 
 TEST_CASE("mistakes are errors that name the file and the field") {

@@ -32,6 +32,15 @@ inline sandbox::Policy explore_policy() {
   return sandbox::parse_policy(doc.at("sandbox"), "explore.json");
 }
 
+// The same policy without the mount namespace, so that Landlock alone decides what a path gives
+// (with it, a path outside the policy does not exist in the child's root: ENOENT, not EACCES).
+inline sandbox::Policy without_new_root(sandbox::Policy p) {
+  std::erase(p.namespaces, "mount");
+  std::erase(p.required, "read_only_host");
+  std::erase(p.required, "mount_namespace");
+  return p;
+}
+
 struct TempDir {
   fs::path path;
   TempDir() {

@@ -42,7 +42,9 @@ inline constexpr bool kSanitized = false;
 inline fs::path private_program(const TempDir& dir, const std::string& name, const std::string& prefix) {
   fs::path p = dir.path() / (prefix + std::to_string(::getpid() % 1000000));
   fs::copy_file(program(name), p, fs::copy_options::overwrite_existing);
-  fs::permissions(p, fs::perms::owner_all);
+  // Readable and executable by others: under a root supervisor the child runs as an id of its own.
+  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                         fs::perms::others_read | fs::perms::others_exec);
   return p;
 }
 

@@ -156,8 +156,10 @@ void explain_text(const Preset& p, const std::string& workspace) {
 
   std::printf("\nNAMESPACES (each where the kernel allows it; without root, only inside the user namespace)\n  %s\n",
               join(s.namespaces).c_str());
-  std::printf("  user: identity map of the supervisor's uid/gid, no capabilities; pid: the child is PID 1 and every\n"
-              "  descendant dies with it; mount: private table for the protected paths (the root is not pivoted)\n");
+  std::printf("  user: as root, the child's own host id (0x6f000000 + pid) mapped to the workspace owner; otherwise an\n"
+              "  identity map of the supervisor's uid/gid; no capabilities either way. pid: the child is PID 1 and every\n"
+              "  descendant dies with it. mount: the root is a read-only tmpfs holding only the paths above (pivot_root),\n"
+              "  read-only except the write roots; protected paths are read-only binds inside them\n");
   std::printf("\nENVIRONMENT (nothing else is passed)\n  copied  %s\n", join(s.env_allow).c_str());
   for (const auto& [k, v] : s.env_set) std::printf("  set     %s=%s\n", k.c_str(), subst(v, workspace).c_str());
   std::printf("\nREQUIRED LAYERS (the child is refused when the kernel lacks one)\n  %s\n", join(s.required).c_str());

@@ -1,6 +1,8 @@
 #include "supervisor/policy_lint.hpp"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "sandbox/explain.hpp"
 #include "supervisor/preset.hpp"
@@ -114,9 +116,14 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   }
 
   const bool writes = grants(p, "write_file") || grants(p, "edit_file") || grants(p, "run_command");
-  if (!writes && !p.sandbox.write_paths.empty())
-    error("read-only preset (no tool that writes) has write roots: " + p.sandbox.write_paths.front() +
-          (p.sandbox.write_paths.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write");
+  // /dev/null as a write root grants nothing (what is written there is discarded); git opens it
+  // read-write even for its read-only views.
+  std::vector<std::string> real_writes;
+  for (const auto& w : p.sandbox.write_paths)
+    if (w != "/dev/null") real_writes.push_back(w);
+  if (!writes && !real_writes.empty())
+    error("read-only preset (no tool that writes) has write roots: " + real_writes.front() +
+          (real_writes.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write");
   const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
                                            [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
   if (p.workspace_mode == "read" && writes_workspace)

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -279,6 +280,42 @@ int do_privileges() {
 
 int do_link(const char* from, const char* to) { return result(link(from, to)); }
 
+// Metadata changes, each on one existing path; the test checks from outside that nothing changed
+// when the probe reports a failure.
+int do_metadata(const std::string& action, const char* path, const char* arg) {
+  if (action == "chmod") return result(chmod(path, static_cast<mode_t>(strtol(arg, nullptr, 8))));
+  if (action == "chown_self") return result(chown(path, getuid(), getgid()));
+  if (action == "utimensat") {
+    struct timespec times[2] = {{12345, 0}, {12345, 0}};
+    return result(utimensat(AT_FDCWD, path, times, 0));
+  }
+  if (action == "setxattr") return result(setxattr(path, "user.probe", "x", 1, 0));
+  if (action == "truncate") return result(truncate(path, 0));
+  if (action == "rename") return result(rename(path, arg));
+  return 120;
+}
+
+// Prints "uid gid" (as this process sees them) and the owner of `path` when given.
+int do_ids(const char* path) {
+  printf("%u %u\n", static_cast<unsigned>(getuid()), static_cast<unsigned>(getgid()));
+  if (*path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return result(-1);
+    printf("%u %u\n", static_cast<unsigned>(st.st_uid), static_cast<unsigned>(st.st_gid));
+  }
+  fflush(stdout);
+  return 0;
+}
+
+// Names itself (comm) and sleeps, so that a test can find it in /proc and read its host ids.
+int do_named_sleep(const char* name, int seconds) {
+  prctl(PR_SET_NAME, name, 0, 0, 0);
+  printf("ready\n");
+  fflush(stdout);
+  sleep(static_cast<unsigned>(seconds));
+  return 0;
+}
+
 int do_kill(pid_t pid) { return result(kill(pid, 0)); }
 
 }  // namespace
@@ -324,5 +361,10 @@ int main(int argc, char** argv) {
   if (action == "sleep") return do_sleep(atoi(arg));
   if (action == "privileges") return do_privileges();
   if (action == "kill") return do_kill(static_cast<pid_t>(atoi(arg)));
+  if (action == "chmod" || action == "chown_self" || action == "utimensat" ||
+      action == "setxattr" || action == "truncate" || action == "rename")
+    return argc > 2 ? do_metadata(action, argv[2], argc > 3 ? argv[3] : "") : 120;
+  if (action == "ids") return do_ids(arg);
+  if (action == "named_sleep") return argc > 3 ? do_named_sleep(argv[2], atoi(argv[3])) : 120;
   return 120;
 }
