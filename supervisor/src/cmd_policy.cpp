@@ -47,6 +47,102 @@ std::string subst(std::string s, const std::string& workspace) {
   return s;
 }
 
+// Words wrapped at `width` columns, every line after the first indented by `indent`.
+std::string fold(const std::vector<std::string>& words, std::size_t indent, std::size_t width = 100) {
+  std::string out, line;
+  for (const auto& w : words) {
+    if (!line.empty() && indent + line.size() + 1 + w.size() > width) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  return out + line;
+}
+
+// The allowlist one group a line (members folded), then the argument filters and the refusals;
+// `--json` keeps the complete table, rule by rule.
+void print_syscalls(const sandbox::Policy& s) {
+  std::printf("SYSCALLS (seccomp allowlist, loaded last with no_new_privs; inherited by every descendant)\n"
+              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n");
+  const auto table = sandbox::syscall_table(s);
+  std::vector<std::string> extra_allowed;
+  for (const auto& d : table)
+    if (d.origin == "sandbox.syscalls.allow" && (extra_allowed.empty() || extra_allowed.back() != d.syscall))
+      extra_allowed.push_back(d.syscall);
+  std::vector<std::string> refused_groups;
+  for (const auto& g : sandbox::syscall_groups(s)) {
+    if (g.name == "always_denied") continue;
+    if (!g.allowed) {
+      refused_groups.push_back(g.name);
+      continue;
+    }
+    std::string head = "  allow " + pad(g.name, 17) + pad("(" + std::to_string(g.members.size()) + ")", 5) + " ";
+    std::printf("%s%s\n", head.c_str(), fold(g.members, head.size()).c_str());
+  }
+  if (!extra_allowed.empty())
+    std::printf("  allow %s %s\n", pad("(policy allow)", 22).c_str(), fold(extra_allowed, 31).c_str());
+
+  std::printf("  argument filters (on allowed syscalls):\n");
+  std::string last;
+  for (const auto& d : table) {
+    if (d.syscall == "*" || d.condition.empty() || d.syscall == last) continue;
+    last = d.syscall;
+    std::vector<std::string> allows;
+    std::vector<std::pair<std::string, std::vector<std::string>>> refusals;  // action -> conditions
+    for (const auto& e : table) {
+      if (e.syscall != d.syscall) continue;
+      if (e.action == "allow") {
+        allows.push_back("allow when " + e.condition);
+        continue;
+      }
+      if (refusals.empty() || refusals.back().first != e.action) refusals.push_back({e.action, {}});
+      refusals.back().second.push_back(e.condition);
+    }
+    // ioctl and personality have many allow rows (ranges, values): say what they add up to.
+    std::string line = d.syscall == "ioctl"
+                           ? "allow every other request (low 32 bits compared: the kernel's int; high bits clear or a sign extension)"
+                       : d.syscall == "personality"
+                           ? "allow when persona is 0x0, 0x8, 0x20000, 0x20008 or 0xffffffff (Docker's list; other values ENOSYS)"
+                           : join(allows, "; ");
+    for (const auto& [action, conditions] : refusals) line += "; " + action + " when " + join(conditions, " or ");
+    std::vector<std::string> words;
+    for (std::size_t b = 0, e; b < line.size(); b = e + 1) {
+      e = line.find(' ', b);
+      if (e == std::string::npos) e = line.size();
+      words.push_back(line.substr(b, e - b));
+    }
+    std::printf("    %s %s\n", pad(d.syscall, 12).c_str(), fold(words, 17).c_str());
+  }
+  for (const auto& d : table)
+    if (d.syscall == "socket" && d.action == "errno EAFNOSUPPORT")
+      std::printf("    %s errno EAFNOSUPPORT for every family (network \"none\": no socket can name a path or an address)\n",
+                  pad("socket", 12).c_str());
+
+  std::printf("  refused:\n");
+  for (const auto& name : refused_groups) {
+    std::vector<std::string> members;
+    for (const auto& d : table)
+      if (d.origin == "group " + name + " not allowed") members.push_back(d.syscall);
+    if (members.empty()) continue;
+    std::string head = "    " + pad(name, 17) + pad("(" + std::to_string(members.size()) + ")", 5) + " errno EPERM: ";
+    std::printf("%s%s\n", head.c_str(), fold(members, 6).c_str());
+  }
+  std::vector<std::string> always, denied;
+  for (const auto& d : table) {
+    if (d.origin == "always denied") always.push_back(d.syscall);
+    if (d.origin == "sandbox.syscalls.deny") denied.push_back(d.syscall);
+  }
+  if (!denied.empty())
+    std::printf("    %s errno EPERM: %s\n", pad("(policy deny)", 22).c_str(), fold(denied, 6).c_str());
+  std::printf("    %s errno EPERM: %s\n", pad("always_denied", 17).c_str(), fold(always, 6).c_str());
+  std::printf("    %s errno ENOSYS (its flags live in memory, out of the filter's reach; libc falls back to clone)\n",
+              pad("clone3", 22).c_str());
+  std::printf("    %s errno ENOSYS: any syscall not named above, as on a kernel without it (libc and runtimes fall back)\n",
+              pad("(default)", 22).c_str());
+  std::printf("    %s kill process: non-native architecture (ia32 int 0x80) or x32 number\n", pad("(other ABI)", 22).c_str());
+}
+
 int check(Args& args) {
   std::vector<std::string> files;
   std::string policy_dir;
@@ -125,20 +221,7 @@ void explain_text(const Preset& p, const std::string& workspace) {
   else
     std::printf("  host: the host's network stack, unrestricted (no network namespace, no socket filtering).\n\n");
 
-  std::printf("SYSCALLS (seccomp, loaded last with no_new_privs; inherited by every descendant)\n"
-              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n");
-  for (const auto& d : sandbox::syscall_table(s)) {
-    if (d.syscall == "*")
-      std::printf("  %s %s: %s\n", pad(d.action == "allow" ? "(default)" : "(other ABI)", 22).c_str(), d.action.c_str(),
-                  d.condition.c_str());
-    else
-      std::printf("  %s %s%s%s\n", pad(d.syscall, 22).c_str(), d.action.c_str(),
-                  d.condition.empty() ? "" : ("  when " + d.condition).c_str(),
-                  d.syscall == "clone3"   ? "  (its flags live in memory, out of the filter's reach; libc falls back to clone)"
-                  : d.syscall == "ioctl"  ? "  (compared on the low 32 bits: the kernel's int)"
-                  : d.syscall == "socket" ? "  (every family: no socket can name a path or an address)"
-                                          : "");
-  }
+  print_syscalls(s);
 
   const auto& r = s.rlimits;
   auto lim = [](std::uint64_t v, const char* unit) { return v ? std::to_string(v) + unit : std::string("unlimited"); };
@@ -202,7 +285,12 @@ int explain(Args& args) {
   out["policy"] = p.raw;
   out["syscalls"] = json::array();
   for (const auto& d : sandbox::syscall_table(p.sandbox))
-    out["syscalls"].push_back({{"syscall", d.syscall}, {"action", d.action}, {"condition", d.condition}});
+    out["syscalls"].push_back(
+        {{"syscall", d.syscall}, {"action", d.action}, {"condition", d.condition}, {"origin", d.origin}});
+  out["syscall_groups"] = json::array();
+  for (const auto& g : sandbox::syscall_groups(p.sandbox))
+    out["syscall_groups"].push_back(
+        {{"group", g.name}, {"purpose", g.purpose}, {"allowed", g.allowed}, {"members", g.members}});
   out["kernel"] = json::array();
   for (const auto& l : sandbox::kernel_support())
     out["kernel"].push_back({{"layer", l.name}, {"available", l.applied}, {"detail", l.detail}});
