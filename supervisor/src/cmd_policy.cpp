@@ -60,29 +60,28 @@ std::string fold(const std::vector<std::string>& words, std::size_t indent, std:
   return out + line;
 }
 
-// The allowlist one group a line (members folded), then the argument filters and the refusals;
-// `--json` keeps the complete table, rule by rule.
+// The allowlist one line per group (its members folded into a count and what the group is for),
+// the argument filters, then the refusals; `--json` keeps every rule and every group's members.
 void print_syscalls(const sandbox::Policy& s) {
   std::printf("SYSCALLS (seccomp allowlist, loaded last with no_new_privs; inherited by every descendant)\n"
-              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n");
+              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n"
+              "  Group members: policies/README.md, or policy explain NAME --json (syscall_groups).\n");
   const auto table = sandbox::syscall_table(s);
-  std::vector<std::string> extra_allowed;
-  for (const auto& d : table)
-    if (d.origin == "sandbox.syscalls.allow" && (extra_allowed.empty() || extra_allowed.back() != d.syscall))
-      extra_allowed.push_back(d.syscall);
-  std::vector<std::string> refused_groups;
-  for (const auto& g : sandbox::syscall_groups(s)) {
-    if (g.name == "always_denied") continue;
-    if (!g.allowed) {
-      refused_groups.push_back(g.name);
-      continue;
-    }
-    std::string head = "  allow " + pad(g.name, 17) + pad("(" + std::to_string(g.members.size()) + ")", 5) + " ";
-    std::printf("%s%s\n", head.c_str(), fold(g.members, head.size()).c_str());
-  }
-  if (!extra_allowed.empty())
-    std::printf("  allow %s %s\n", pad("(policy allow)", 22).c_str(), fold(extra_allowed, 31).c_str());
-
+  auto named = [&](const std::string& origin) {
+    std::vector<std::string> out;
+    for (const auto& d : table)
+      if (d.origin == origin && (out.empty() || out.back() != d.syscall)) out.push_back(d.syscall);
+    return out;
+  };
+  auto group_line = [](const char* verdict, const sandbox::SyscallGroupInfo& g, std::size_t count) {
+    std::printf("  %s %s %s %s\n", verdict, pad(g.name, 16).c_str(), pad("(" + std::to_string(count) + ")", 5).c_str(),
+                g.purpose.c_str());
+  };
+  const auto groups = sandbox::syscall_groups(s);
+  for (const auto& g : groups)
+    if (g.allowed) group_line("allow ", g, g.members.size());
+  if (auto extra = named("sandbox.syscalls.allow"); !extra.empty())
+    std::printf("  allow  %s %s\n", pad("(policy allow)", 22).c_str(), fold(extra, 32).c_str());
   std::printf("  argument filters (on allowed syscalls):\n");
   std::string last;
   for (const auto& d : table) {
@@ -119,28 +118,18 @@ void print_syscalls(const sandbox::Policy& s) {
       std::printf("    %s errno EAFNOSUPPORT for every family (network \"none\": no socket can name a path or an address)\n",
                   pad("socket", 12).c_str());
 
-  std::printf("  refused:\n");
-  for (const auto& name : refused_groups) {
-    std::vector<std::string> members;
-    for (const auto& d : table)
-      if (d.origin == "group " + name + " not allowed") members.push_back(d.syscall);
-    if (members.empty()) continue;
-    std::string head = "    " + pad(name, 17) + pad("(" + std::to_string(members.size()) + ")", 5) + " errno EPERM: ";
-    std::printf("%s%s\n", head.c_str(), fold(members, 6).c_str());
-  }
-  std::vector<std::string> always, denied;
-  for (const auto& d : table) {
-    if (d.origin == "always denied") always.push_back(d.syscall);
-    if (d.origin == "sandbox.syscalls.deny") denied.push_back(d.syscall);
-  }
-  if (!denied.empty())
-    std::printf("    %s errno EPERM: %s\n", pad("(policy deny)", 22).c_str(), fold(denied, 6).c_str());
-  std::printf("    %s errno EPERM: %s\n", pad("always_denied", 17).c_str(), fold(always, 6).c_str());
-  std::printf("    %s errno ENOSYS (its flags live in memory, out of the filter's reach; libc falls back to clone)\n",
+  for (const auto& g : groups)
+    // Counted from the table: members a policy allows one by one are not refused.
+    if (!g.allowed && g.name != "always_denied") group_line("EPERM ", g, named("group " + g.name + " not allowed").size());
+  if (auto denied = named("sandbox.syscalls.deny"); !denied.empty())
+    std::printf("  EPERM  %s %s\n", pad("(policy deny)", 22).c_str(), fold(denied, 32).c_str());
+  for (const auto& g : groups)
+    if (g.name == "always_denied") group_line("EPERM ", g, g.members.size());
+  std::printf("  ENOSYS %s its flags live in memory, out of the filter's reach; libc falls back to clone\n",
               pad("clone3", 22).c_str());
-  std::printf("    %s errno ENOSYS: any syscall not named above, as on a kernel without it (libc and runtimes fall back)\n",
+  std::printf("  ENOSYS %s any syscall not named above, as on a kernel without it (libc and runtimes fall back)\n",
               pad("(default)", 22).c_str());
-  std::printf("    %s kill process: non-native architecture (ia32 int 0x80) or x32 number\n", pad("(other ABI)", 22).c_str());
+  std::printf("  kill   %s non-native architecture (ia32 int 0x80) or x32 number: SIGSYS\n", pad("(other ABI)", 22).c_str());
 }
 
 int check(Args& args) {
