@@ -22,11 +22,13 @@ constexpr const char* kPolicyHelp = R"(usage: subagent-supervisor policy check F
 
 check    validates each policy file against policies/schema.json and the parser, and lints it for
          widening: a read-only preset with a write root, an "ask" in a preset that runs unattended,
-         a write root holding .git without protecting it, a rule that widens a denied tool. Exit 0
+         a write root holding .git without protecting it, a rule that widens a denied tool, a syscall
+         group that widens the filesystem rules (filesystem_write without a writing tool; watch). Exit 0
          when every file is clean, 1 when any has an error or a warning.
-explain  prints what a preset's child may do: every tool decision and rule, every syscall decision,
-         every path rule (with ${workspace} filled in when --workspace is given), every limit and
-         namespace, the environment, the budgets, and what the running kernel supports.
+explain  prints what a preset's child may do: every tool decision and rule, the syscall allowlist by
+         group with its argument filters (every rule with --json), every path rule (with ${workspace}
+         filled in when --workspace is given), every limit and namespace, the environment, the
+         budgets, and what the running kernel supports.
 list     names the presets in the policy directory.
 )";
 
@@ -64,7 +66,7 @@ std::string fold(const std::vector<std::string>& words, std::size_t indent, std:
 // the argument filters, then the refusals; `--json` keeps every rule and every group's members.
 void print_syscalls(const sandbox::Policy& s) {
   std::printf("SYSCALLS (seccomp allowlist, loaded last with no_new_privs; inherited by every descendant)\n"
-              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n"
+              "  EPERM, ENOSYS, errno ...: the call fails with that error and the process goes on; kill: SIGSYS.\n"
               "  Group members: policies/README.md, or policy explain NAME --json (syscall_groups).\n");
   const auto table = sandbox::syscall_table(s);
   auto named = [&](const std::string& origin) {
