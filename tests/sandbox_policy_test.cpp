@@ -102,3 +102,48 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "protect");
   CHECK(error_of(nlohmann::json::array()) == "policy test.json: sandbox must be an object");
 }
+
+TEST_CASE("sandbox.syscalls: groups, allow and deny are checked, each mistake named") {
+  auto s = explore_section();
+  auto with = [&](auto edit) {
+    auto copy = s;
+    edit(copy);
+    return error_of(copy);
+  };
+  auto policy = sandbox::parse_policy(s, "explore.json");
+  CHECK(policy.syscall_groups == std::vector<std::string>{"base"});
+  CHECK(policy.extra_allowed_syscalls.empty());
+  CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"base", "watch"}; }) == "no error");
+  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"inotify_init1"}; }) == "no error");
+  CHECK(with([](auto& j) { j.erase("syscalls"); }) == "policy test.json: sandbox.syscalls is missing");
+  CHECK(with([](auto& j) { j["syscalls"].erase("groups"); }) ==
+        "policy test.json: sandbox.syscalls.groups is missing");
+  CHECK(with([](auto& j) {
+          j["syscalls"]["groups"] = {"base", "sockets"};
+        }) == "policy test.json: sandbox.syscalls.groups[1] names an unknown syscall group 'sockets' "
+              "(expected one of: base, process, filesystem_write, network, ipc, watch)");
+  CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"base", "base"}; }) ==
+        "policy test.json: sandbox.syscalls.groups[1] repeats 'base'");
+  CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"process"}; }) ==
+        "policy test.json: sandbox.syscalls.groups must list \"base\" (execve and what every "
+        "process needs to start at all)");
+  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"inotify_init1", "inotify_watch"}; }) ==
+        "policy test.json: sandbox.syscalls.allow[1] names an unknown syscall 'inotify_watch'");
+  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"ptrace"}; }) ==
+        "policy test.json: sandbox.syscalls.allow[0] names 'ptrace', which every preset refuses; it "
+        "cannot be allowed");
+  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"clone3"}; }).starts_with(
+      "policy test.json: sandbox.syscalls.allow[0] names 'clone3', whose flags the filter cannot "
+      "inspect"));
+  CHECK(with([](auto& j) {
+          j["syscalls"]["allow"] = {"mbind"};
+          j["syscalls"]["deny"] = {"mbind"};
+        }) == "policy test.json: sandbox.syscalls.allow[0] names 'mbind', which "
+              "sandbox.syscalls.deny also lists");
+  CHECK(with([](auto& j) {
+          j["syscalls"]["groups"] = "base";
+        }) == "policy test.json: sandbox.syscalls.groups must be an array of strings");
+  CHECK(with([](auto& j) {
+          j["syscalls"]["extra"] = {"x"};
+        }).starts_with("policy test.json: sandbox.syscalls.extra is not a known field"));
+}

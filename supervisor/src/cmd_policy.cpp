@@ -22,11 +22,13 @@ constexpr const char* kPolicyHelp = R"(usage: subagent-supervisor policy check F
 
 check    validates each policy file against policies/schema.json and the parser, and lints it for
          widening: a read-only preset with a write root, an "ask" in a preset that runs unattended,
-         a write root holding .git without protecting it, a rule that widens a denied tool. Exit 0
+         a write root holding .git without protecting it, a rule that widens a denied tool, a syscall
+         group that widens the filesystem rules (filesystem_write without a writing tool; watch). Exit 0
          when every file is clean, 1 when any has an error or a warning.
-explain  prints what a preset's child may do: every tool decision and rule, every syscall decision,
-         every path rule (with ${workspace} filled in when --workspace is given), every limit and
-         namespace, the environment, the budgets, and what the running kernel supports.
+explain  prints what a preset's child may do: every tool decision and rule, the syscall allowlist by
+         group with its argument filters (every rule with --json), every path rule (with ${workspace}
+         filled in when --workspace is given), every limit and namespace, the environment, the
+         budgets, and what the running kernel supports.
 list     names the presets in the policy directory.
 )";
 
@@ -45,6 +47,91 @@ std::string subst(std::string s, const std::string& workspace) {
   if (workspace.empty()) return s;
   for (std::size_t p; (p = s.find("${workspace}")) != std::string::npos;) s.replace(p, 12, workspace);
   return s;
+}
+
+// Words wrapped at `width` columns, every line after the first indented by `indent`.
+std::string fold(const std::vector<std::string>& words, std::size_t indent, std::size_t width = 100) {
+  std::string out, line;
+  for (const auto& w : words) {
+    if (!line.empty() && indent + line.size() + 1 + w.size() > width) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  return out + line;
+}
+
+// The allowlist one line per group (its members folded into a count and what the group is for),
+// the argument filters, then the refusals; `--json` keeps every rule and every group's members.
+void print_syscalls(const sandbox::Policy& s) {
+  std::printf("SYSCALLS (seccomp allowlist, loaded last with no_new_privs; inherited by every descendant)\n"
+              "  EPERM, ENOSYS, errno ...: the call fails with that error and the process goes on; kill: SIGSYS.\n"
+              "  Group members: policies/README.md, or policy explain NAME --json (syscall_groups).\n");
+  const auto table = sandbox::syscall_table(s);
+  auto named = [&](const std::string& origin) {
+    std::vector<std::string> out;
+    for (const auto& d : table)
+      if (d.origin == origin && (out.empty() || out.back() != d.syscall)) out.push_back(d.syscall);
+    return out;
+  };
+  auto group_line = [](const char* verdict, const sandbox::SyscallGroupInfo& g, std::size_t count) {
+    std::printf("  %s %s %s %s\n", verdict, pad(g.name, 16).c_str(), pad("(" + std::to_string(count) + ")", 5).c_str(),
+                g.purpose.c_str());
+  };
+  const auto groups = sandbox::syscall_groups(s);
+  for (const auto& g : groups)
+    if (g.allowed) group_line("allow ", g, g.members.size());
+  if (auto extra = named("sandbox.syscalls.allow"); !extra.empty())
+    std::printf("  allow  %s %s\n", pad("(policy allow)", 22).c_str(), fold(extra, 32).c_str());
+  std::printf("  argument filters (on allowed syscalls):\n");
+  std::string last;
+  for (const auto& d : table) {
+    if (d.syscall == "*" || d.condition.empty() || d.syscall == last) continue;
+    last = d.syscall;
+    std::vector<std::string> allows;
+    std::vector<std::pair<std::string, std::vector<std::string>>> refusals;  // action -> conditions
+    for (const auto& e : table) {
+      if (e.syscall != d.syscall) continue;
+      if (e.action == "allow") {
+        allows.push_back("allow when " + e.condition);
+        continue;
+      }
+      if (refusals.empty() || refusals.back().first != e.action) refusals.push_back({e.action, {}});
+      refusals.back().second.push_back(e.condition);
+    }
+    // ioctl and personality have many allow rows (ranges, values): say what they add up to.
+    std::string line = d.syscall == "ioctl"
+                           ? "allow every other request (low 32 bits compared: the kernel's int; high bits clear or a sign extension)"
+                       : d.syscall == "personality"
+                           ? "allow when persona is 0x0, 0x8, 0x20000, 0x20008 or 0xffffffff (Docker's list; other values ENOSYS)"
+                           : join(allows, "; ");
+    for (const auto& [action, conditions] : refusals) line += "; " + action + " when " + join(conditions, " or ");
+    std::vector<std::string> words;
+    for (std::size_t b = 0, e; b < line.size(); b = e + 1) {
+      e = line.find(' ', b);
+      if (e == std::string::npos) e = line.size();
+      words.push_back(line.substr(b, e - b));
+    }
+    std::printf("    %s %s\n", pad(d.syscall, 12).c_str(), fold(words, 17).c_str());
+  }
+  for (const auto& d : table)
+    if (d.syscall == "socket" && d.action == "errno EAFNOSUPPORT")
+      std::printf("    %s errno EAFNOSUPPORT for every family (network \"none\": no socket can name a path or an address)\n",
+                  pad("socket", 12).c_str());
+
+  for (const auto& g : groups)
+    // Counted from the table: members a policy allows one by one are not refused.
+    if (!g.allowed && g.name != "always_denied") group_line("EPERM ", g, named("group " + g.name + " not allowed").size());
+  if (auto denied = named("sandbox.syscalls.deny"); !denied.empty())
+    std::printf("  EPERM  %s %s\n", pad("(policy deny)", 22).c_str(), fold(denied, 32).c_str());
+  for (const auto& g : groups)
+    if (g.name == "always_denied") group_line("EPERM ", g, g.members.size());
+  std::printf("  ENOSYS %s its flags live in memory, out of the filter's reach; libc falls back to clone\n",
+              pad("clone3", 22).c_str());
+  std::printf("  ENOSYS %s any syscall not named above, as on a kernel without it (libc and runtimes fall back)\n",
+              pad("(default)", 22).c_str());
+  std::printf("  kill   %s non-native architecture (ia32 int 0x80) or x32 number: SIGSYS\n", pad("(other ABI)", 22).c_str());
 }
 
 int check(Args& args) {
@@ -125,20 +212,7 @@ void explain_text(const Preset& p, const std::string& workspace) {
   else
     std::printf("  host: the host's network stack, unrestricted (no network namespace, no socket filtering).\n\n");
 
-  std::printf("SYSCALLS (seccomp, loaded last with no_new_privs; inherited by every descendant)\n"
-              "  errno rows return that error and the process goes on; \"kill process\" ends it with SIGSYS.\n");
-  for (const auto& d : sandbox::syscall_table(s)) {
-    if (d.syscall == "*")
-      std::printf("  %s %s: %s\n", pad(d.action == "allow" ? "(default)" : "(other ABI)", 22).c_str(), d.action.c_str(),
-                  d.condition.c_str());
-    else
-      std::printf("  %s %s%s%s\n", pad(d.syscall, 22).c_str(), d.action.c_str(),
-                  d.condition.empty() ? "" : ("  when " + d.condition).c_str(),
-                  d.syscall == "clone3"   ? "  (its flags live in memory, out of the filter's reach; libc falls back to clone)"
-                  : d.syscall == "ioctl"  ? "  (compared on the low 32 bits: the kernel's int)"
-                  : d.syscall == "socket" ? "  (every family: no socket can name a path or an address)"
-                                          : "");
-  }
+  print_syscalls(s);
 
   const auto& r = s.rlimits;
   auto lim = [](std::uint64_t v, const char* unit) { return v ? std::to_string(v) + unit : std::string("unlimited"); };
@@ -204,7 +278,12 @@ int explain(Args& args) {
   out["policy"] = p.raw;
   out["syscalls"] = json::array();
   for (const auto& d : sandbox::syscall_table(p.sandbox))
-    out["syscalls"].push_back({{"syscall", d.syscall}, {"action", d.action}, {"condition", d.condition}});
+    out["syscalls"].push_back(
+        {{"syscall", d.syscall}, {"action", d.action}, {"condition", d.condition}, {"origin", d.origin}});
+  out["syscall_groups"] = json::array();
+  for (const auto& g : sandbox::syscall_groups(p.sandbox))
+    out["syscall_groups"].push_back(
+        {{"group", g.name}, {"purpose", g.purpose}, {"allowed", g.allowed}, {"members", g.members}});
   out["kernel"] = json::array();
   for (const auto& l : sandbox::kernel_support())
     out["kernel"].push_back({{"layer", l.name}, {"available", l.applied}, {"detail", l.detail}});

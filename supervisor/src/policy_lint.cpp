@@ -80,6 +80,23 @@ bool grants(const Preset& p, const std::string& tool) {
                      [&](const ToolRule& r) { return r.tool == tool && r.decision != Decision::deny; });
 }
 
+// The seccomp groups against the rest of the preset: a group that widens what the filesystem rules
+// promise, or write roots the filter makes useless.
+template <typename Error, typename Warning>
+void lint_syscall_groups(const Preset& p, bool writes, Error& error, Warning& warning) {
+  const auto& groups = p.sandbox.syscall_groups;
+  auto has = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (!writes && has("filesystem_write"))
+    error("read-only preset (no tool that writes) allows the syscall group \"filesystem_write\" (chmod, utimensat, "
+          "setxattr ... on any file the child can name); remove it from sandbox.syscalls.groups");
+  if (!p.sandbox.write_paths.empty() && !has("filesystem_write"))
+    warning("sandbox.filesystem.write lists write roots but sandbox.syscalls.groups lacks \"filesystem_write\": "
+            "the child can write open files but not create directories, rename, remove or chmod");
+  if (has("watch"))
+    warning("sandbox.syscalls.groups allows \"watch\": inotify and fanotify report the names of files created in "
+            "directories outside every root (Landlock does not mediate watches)");
+}
+
 }  // namespace
 
 std::vector<std::string> validate_schema(const json& doc, const json& schema) {
@@ -124,6 +141,7 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   if (!writes && !real_writes.empty())
     error("read-only preset (no tool that writes) has write roots: " + real_writes.front() +
           (real_writes.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write");
+  lint_syscall_groups(p, writes, error, warning);
   const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
                                            [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
   if (p.workspace_mode == "read" && writes_workspace)

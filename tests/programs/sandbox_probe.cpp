@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/fanotify.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -20,8 +23,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <sys/xattr.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,7 +286,8 @@ int do_link(const char* from, const char* to) { return result(link(from, to)); }
 // Metadata changes, each on one existing path; the test checks from outside that nothing changed
 // when the probe reports a failure.
 int do_metadata(const std::string& action, const char* path, const char* arg) {
-  if (action == "chmod") return result(chmod(path, static_cast<mode_t>(strtol(arg, nullptr, 8))));
+  if (action == "chmod")
+    return result(chmod(path, *arg ? static_cast<mode_t>(strtol(arg, nullptr, 8)) : 0640));
   if (action == "chown_self") return result(chown(path, getuid(), getgid()));
   if (action == "utimensat") {
     struct timespec times[2] = {{12345, 0}, {12345, 0}};
@@ -317,6 +321,83 @@ int do_named_sleep(const char* name, int seconds) {
 }
 
 int do_kill(pid_t pid) { return result(kill(pid, 0)); }
+
+// --- the seccomp allowlist (sandbox_seccomp_test): groups, the default, argument filters
+
+// A watch on `dir`: the names of files created there would be reported.
+int do_inotify_watch(const char* dir) {
+  int fd = inotify_init1(IN_CLOEXEC);
+  if (fd < 0) return result(-1);
+  int wd = inotify_add_watch(fd, dir, IN_CREATE);
+  int r = result(wd);
+  close(fd);
+  return r;
+}
+
+int do_fanotify_init() {
+  int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC, O_RDONLY);
+  if (fd >= 0) close(fd);
+  return result(fd);
+}
+
+// personality(persona), then back to the persona we had (when the change took).
+int do_personality(const char* hex) {
+  unsigned long persona = strtoul(hex, nullptr, 16);
+  long before = syscall(SYS_personality, 0xffffffffUL);
+  long rc = syscall(SYS_personality, persona);
+  int r = result(rc);
+  if (rc >= 0 && persona != 0xffffffffUL && before >= 0) syscall(SYS_personality, before);
+  return r;
+}
+
+// A syscall by number with no arguments (a made-up number, or one no group names).
+int do_syscall(const char* number) { return result(syscall(atol(number), 0, 0, 0, 0, 0, 0)); }
+
+// get_mempolicy(2) (NUMA): in no group, so the filter's default answers.
+int do_get_mempolicy() {
+  int mode = 0;
+  return result(syscall(SYS_get_mempolicy, &mode, nullptr, 0UL, nullptr, 0UL));
+}
+
+// fchmodat2 (Linux 6.6, syscall 452): newer than libseccomp 2.5.4's table, so in no group.
+int do_fchmodat2(const char* path) {
+  return result(syscall(452, AT_FDCWD, path, 0640, AT_SYMLINK_NOFOLLOW));
+}
+
+// ioctl(request) on a pipe's read end; the request as given, high bits included.
+int do_ioctl_pipe(const char* hex) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return result(-1);
+  int pending = 0;
+  long rc = syscall(SYS_ioctl, p[0], strtoul(hex, nullptr, 16), &pending);
+  int r = result(rc);
+  close(p[0]);
+  close(p[1]);
+  return r;
+}
+
+// TIOCGPTN with the request sign-extended, as a caller that passes it through an int does.
+int do_ioctl_signext() {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return result(-1);
+  unsigned int n = 0;
+  unsigned long request = static_cast<unsigned long>(static_cast<long>(static_cast<int>(TIOCGPTN)));
+  long rc = syscall(SYS_ioctl, master, request, &n);
+  int r = result(rc);
+  close(master);
+  return r;
+}
+
+void* thread_main(void*) { return nullptr; }
+
+// pthread_create: glibc tries clone3 (ENOSYS in the sandbox) and falls back to clone(CLONE_THREAD).
+int do_thread() {
+  pthread_t t;
+  int err = pthread_create(&t, nullptr, thread_main, nullptr);
+  if (err != 0) return err < 120 ? err : 119;
+  pthread_join(t, nullptr);
+  return 0;
+}
 
 }  // namespace
 
@@ -366,5 +447,16 @@ int main(int argc, char** argv) {
     return argc > 2 ? do_metadata(action, argv[2], argc > 3 ? argv[3] : "") : 120;
   if (action == "ids") return do_ids(arg);
   if (action == "named_sleep") return argc > 3 ? do_named_sleep(argv[2], atoi(argv[3])) : 120;
+  if (action == "inotify_init1") return do_inotify_watch(".");
+  if (action == "inotify_watch") return do_inotify_watch(arg);
+  if (action == "fanotify_init") return do_fanotify_init();
+  if (action == "personality") return do_personality(arg);
+  if (action == "syscall") return do_syscall(arg);
+  if (action == "get_mempolicy") return do_get_mempolicy();
+  if (action == "fchmodat2") return do_fchmodat2(arg);
+  if (action == "mkdir") return result(mkdir(arg, 0755));
+  if (action == "ioctl_pipe") return do_ioctl_pipe(arg);
+  if (action == "ioctl_signext") return do_ioctl_signext();
+  if (action == "thread") return do_thread();
   return 120;
 }

@@ -36,6 +36,10 @@ struct Policy {
   std::vector<std::string> exec_paths;
   std::vector<std::string> protected_paths;  // relative to each write root, or absolute
   std::string network = "none";              // "none" | "loopback"? | "host" (see policies/README.md)
+  // seccomp allowlist: named groups (sandbox/syscall_groups.cpp), single syscalls on top, and
+  // syscalls refused (EPERM) even when a group lists them.
+  std::vector<std::string> syscall_groups;
+  std::vector<std::string> extra_allowed_syscalls;
   std::vector<std::string> extra_denied_syscalls;
   Rlimits rlimits;
   std::vector<std::string> namespaces;  // user, pid, net, ipc, uts, mount
