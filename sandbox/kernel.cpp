@@ -24,13 +24,6 @@ std::vector<LayerStatus> kernel_support() {
                          ok ? (root ? "available" : "available inside a user namespace")
                             : "refused by the kernel"};
     };
-    const PidsCgroupRoot& cg = pids_cgroup_root();
-    LayerStatus process_cap =
-        !root ? LayerStatus{"process_cap", true, "RLIMIT_NPROC binds this non-root uid"}
-        : cg.path.empty()
-            ? LayerStatus{"process_cap", false,
-                          "running as root (RLIMIT_NPROC does not bind) and " + cg.detail}
-            : LayerStatus{"process_cap", true, cg.detail};
     support = {
         {"no_new_privs", true, "PR_SET_NO_NEW_PRIVS (Linux 3.5)"},
         {"capabilities", true, "capset, PR_CAPBSET_DROP, PR_CAP_AMBIENT"},
@@ -53,8 +46,8 @@ std::vector<LayerStatus> kernel_support() {
         ns("ipc_namespace", CLONE_NEWIPC),
         ns("uts_namespace", CLONE_NEWUTS),
         ns("mount_namespace", CLONE_NEWNS),
-        process_cap,
     };
+    for (LayerStatus& l : tree_limit_support()) support.push_back(std::move(l));
   });
   return support;
 }

@@ -10,10 +10,10 @@ inline constexpr std::array<std::string_view, 6> kNamespaceNames = {"user", "pid
                                                                     "ipc",  "uts", "mount"};
 
 // Every layer launch() can apply, in the order layers() reports them.
-inline constexpr std::array<std::string_view, 17> kLayerNames = {
+inline constexpr std::array<std::string_view, 19> kLayerNames = {
     "no_new_privs",    "capabilities",  "session",       "pdeathsig",       "close_fds",
     "clean_env",       "rlimits",       "landlock",      "landlock_scopes", "seccomp",
     "user_namespace",  "pid_namespace", "net_namespace", "ipc_namespace",   "uts_namespace",
-    "mount_namespace", "process_cap"};
+    "mount_namespace", "process_cap",   "memory_cap",    "cpu_cap"};
 
 }  // namespace sandbox

@@ -198,13 +198,13 @@ TEST_CASE("layers() reports every layer, and kernel_support() what the kernel of
   TempDir ws;
   auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
   auto layers = sandbox::layers(*plan);
-  REQUIRE(layers.size() == 17);
+  REQUIRE(layers.size() == 19);
   for (const auto& layer : layers) {
     INFO(layer.name << ": " << layer.detail);
     CHECK(!layer.detail.empty());
   }
   auto support = sandbox::kernel_support();
-  REQUIRE(support.size() == 17);
+  REQUIRE(support.size() == 19);
   CHECK(support[7].name == "landlock");
   CHECK(support[7].applied);
 }
