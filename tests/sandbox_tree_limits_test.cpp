@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -276,4 +277,18 @@ TEST_CASE("the child joins a per-launch cgroup for pids, memory and cpu, removed
   ::close(sync[0]);
   sandbox::release(child);
   for (const std::string& dir : child.cgroups) CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("the envelope lists the tree-limit layers as applied, or as missing") {
+  auto r = test::run({kCli, "run", "--preset", "explore", "--workspace", test::source("").string(), "--brief", "b",
+                      "--model", "replay:" + test::source("examples/explore-demo.jsonl").string(), "--no-transcript",
+                      "--quiet"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto envelope = nlohmann::json::parse(r.out);
+  for (const char* layer : {"process_cap", "memory_cap", "cpu_cap"}) {
+    INFO(layer);
+    auto names = envelope["sandbox"][layer_available(layer) ? "applied" : "missing"].get<std::vector<std::string>>();
+    CHECK(std::find(names.begin(), names.end(), std::string(layer)) != names.end());
+  }
 }
