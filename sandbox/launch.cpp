@@ -461,6 +461,12 @@ Child launch(const Plan& plan) {
   }
   bool v2_by_pid = false;
   long pid = sys::clone3(&args);
+  if (pid < 0 && errno == EINVAL && into_fd >= 0) {  // clone3 before Linux 5.7: no CLONE_INTO_CGROUP
+    args.flags &= ~static_cast<std::uint64_t>(CLONE_INTO_CGROUP);
+    args.cgroup = 0;
+    pid = sys::clone3(&args);
+    v2_by_pid = true;
+  }
   if (pid < 0 && errno == ENOSYS) {  // e.g. the supervisor itself runs under such a filter
     pid = sys::clone_legacy(plan.clone_flags | CLONE_PIDFD | SIGCHLD, &pidfd);
     v2_by_pid = into_fd >= 0;
