@@ -175,7 +175,14 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
 
 }  // namespace
 
-void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept {
+void run_child(const Plan& plan, const ChildFds& fds) noexcept {
+  const int status_fd = fds.status, sync_fd = fds.sync;
+  // The tree limits first, before this process can do anything else. Single-threaded, we move only
+  // ourselves ("0" into v1 tasks), which spares the kernel's global threadgroup lock (cgroup.hpp).
+  for (int i = 0; i < fds.cgroup_join_count; ++i) {
+    if (::write(fds.cgroup_join[i], "0", 1) != 1) fail(status_fd, Step::kCgroupJoin, errno);
+    ::close(fds.cgroup_join[i]);
+  }
   // The parent blocked every signal around clone so that none of its handlers runs here. Restore
   // default dispositions (ignored signals would survive execve) before unblocking.
   struct sigaction dfl;

@@ -25,13 +25,6 @@ std::vector<LayerStatus> kernel_support() {
                          ok ? (root ? "available" : "available inside a user namespace")
                             : "refused by the kernel"};
     };
-    const PidsCgroupRoot& cg = pids_cgroup_root();
-    LayerStatus process_cap =
-        !root ? LayerStatus{"process_cap", true, "RLIMIT_NPROC binds this non-root uid"}
-        : cg.path.empty()
-            ? LayerStatus{"process_cap", false,
-                          "running as root (RLIMIT_NPROC does not bind) and " + cg.detail}
-            : LayerStatus{"process_cap", true, cg.detail};
     // The mount API exists when a call with a bad fd fails with anything but ENOSYS.
     const bool mount_api =
         ::syscall(SYS_open_tree, -1, "", 0) < 0 && errno != ENOSYS &&
@@ -60,7 +53,6 @@ std::vector<LayerStatus> kernel_support() {
         ns("ipc_namespace", CLONE_NEWIPC),
         ns("uts_namespace", CLONE_NEWUTS),
         ns("mount_namespace", CLONE_NEWNS),
-        process_cap,
         {"read_only_host", mount_ns && mount_api,
          !mount_api ? "needs open_tree, move_mount and mount_setattr (Linux 5.12)"
          : mount_ns ? "pivot_root into a read-only tmpfs of bind clones"
@@ -73,6 +65,7 @@ std::vector<LayerStatus> kernel_support() {
          identity ? "id-mapped mounts (mount_setattr MOUNT_ATTR_IDMAP) of the write roots"
                   : "needs the identity layer"},
     };
+    for (LayerStatus& l : tree_limit_support()) support.push_back(std::move(l));
   });
   return support;
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "cgroup.hpp"
@@ -23,6 +24,7 @@
 #include "namespaces.hpp"
 #include "plan.hpp"
 #include "rootfs.hpp"
+#include "sandbox/workspace_guard.hpp"
 #include "seccomp.hpp"
 #include "syscalls.hpp"
 
@@ -177,6 +179,8 @@ const char* step_name(Step step) noexcept {
       return "set_identity";
     case Step::kReceiveMounts:
       return "receive_root_fds";
+    case Step::kCgroupJoin:
+      return "join_cgroup";
   }
   return "unknown";
 }
@@ -201,6 +205,7 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   if (!fs::is_directory(request.workspace, ec))
     throw SandboxError("launch request: workspace '" + request.workspace.string() +
                        "' is not an existing directory");
+  if (!request.allow_unsafe_workspace) check_workspace(request.workspace, "launch request: workspace");
   for (int fd : {request.stdin_fd, request.stdout_fd, request.stderr_fd})
     if (::fcntl(fd, F_GETFD) < 0)
       throw SandboxError("launch request: stdio fd " + std::to_string(fd) + " is not open");
@@ -288,6 +293,12 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   paths.read = substitute_all(policy.read_paths, sub, &dropped);
   paths.write = substitute_all(policy.write_paths, sub, &dropped);
   paths.execute = substitute_all(policy.exec_paths, sub, &dropped);
+  if (!request.allow_unsafe_workspace) {
+    for (const std::string& root : paths.write) {
+      std::error_code dir_ec;
+      if (fs::is_directory(root, dir_ec)) check_workspace(root, "policy " + src + ": write root");
+    }
+  }
   paths.deny_tcp = policy.network == "none";
   LandlockRuleset landlock = build_landlock(paths, sub.workspace);
   plan->landlock_fd = landlock.fd;
@@ -376,26 +387,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
     if (!missing.empty()) protected_detail += "; protected but absent: " + missing;
   }
 
-  // The process cap: RLIMIT_NPROC binds any uid but 0; for root use a pids cgroup.
-  LayerStatus process_cap{"process_cap", false, "the policy sets no process limit"};
-  if (r.processes) {
-    if (::getuid() != 0) {
-      process_cap = {"process_cap", true,
-                     "RLIMIT_NPROC " + std::to_string(r.processes) + " (uid " +
-                         std::to_string(::getuid()) + ")"};
-    } else {
-      const PidsCgroupRoot& cg = pids_cgroup_root();
-      if (!cg.path.empty()) {
-        plan->cgroup_root = cg.path;
-        plan->pids_max = r.processes;
-        process_cap = {"process_cap", true,
-                       "pids.max " + std::to_string(r.processes) + " in a per-launch " + cg.detail};
-      } else {
-        process_cap = {"process_cap", false,
-                       "running as root, where RLIMIT_NPROC does not bind, and " + cg.detail};
-      }
-    }
-  }
+  // Limits over the whole tree: processes (RLIMIT_NPROC binds any uid but 0; root gets a pids
+  // cgroup), memory and CPU (cgroups; sandbox/cgroup.hpp).
+  std::vector<LayerStatus> tree_layers = plan_tree_limits(policy, &plan->cgroups);
 
   auto ns_layer = [&](const char* layer, const char* name, unsigned long flag, std::string how) {
     if (flags & flag) return LayerStatus{layer, true, std::move(how)};
@@ -436,11 +430,11 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
       ns_layer("ipc_namespace", "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
       ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
       ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table" + protected_detail),
-      process_cap,
       root_layers.read_only_host,
       root_layers.identity,
       root_layers.idmapped_roots,
   };
+  for (LayerStatus& l : tree_layers) plan->layers.push_back(std::move(l));
   for (const std::string& name : policy.required) {
     auto it = std::find_if(plan->layers.begin(), plan->layers.end(),
                            [&](const LayerStatus& l) { return l.name == name; });
@@ -467,7 +461,11 @@ Child launch(const Plan& plan) {
   Fd sync_read(sync_pipe[0]), sync_write(sync_pipe[1]);
 
   Child child;
-  if (!plan.cgroup_root.empty()) child.cgroup = create_pids_cgroup(plan.cgroup_root, plan.pids_max);
+  std::optional<LaunchCgroups> cgroups;
+  if (!plan.cgroups.empty()) cgroups.emplace(plan.cgroups);
+  ChildFds fds{status_write.get(), sync_read.get(), cgroups ? cgroups->join_fds() : nullptr,
+               cgroups ? cgroups->join_count() : 0};
+  const int into_fd = cgroups ? cgroups->clone_into_fd() : -1;
 
   // No parent signal handler may run in the child (it would act on the parent's state).
   sigset_t all, old;
@@ -479,16 +477,28 @@ Child launch(const Plan& plan) {
   args.flags = plan.clone_flags | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
   args.exit_signal = SIGCHLD;
+  if (into_fd >= 0) {  // cgroup v2: born inside its cgroup, no migration at all
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<std::uint64_t>(into_fd);
+  }
+  bool v2_by_pid = false;
   long pid = sys::clone3(&args);
-  if (pid < 0 && errno == ENOSYS)  // e.g. the supervisor itself runs under such a filter
+  if (pid < 0 && errno == EINVAL && into_fd >= 0) {  // clone3 before Linux 5.7: no CLONE_INTO_CGROUP
+    args.flags &= ~static_cast<std::uint64_t>(CLONE_INTO_CGROUP);
+    args.cgroup = 0;
+    pid = sys::clone3(&args);
+    v2_by_pid = true;
+  }
+  if (pid < 0 && errno == ENOSYS) {  // e.g. the supervisor itself runs under such a filter
     pid = sys::clone_legacy(plan.clone_flags | CLONE_PIDFD | SIGCHLD, &pidfd);
-  if (pid == 0) run_child(plan, status_write.get(), sync_read.get());
+    v2_by_pid = into_fd >= 0;
+  }
+  if (pid == 0) run_child(plan, fds);
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) {
-    remove_cgroup(child.cgroup);
+  if (cgroups) cgroups->close_fds();
+  if (pid < 0)
     throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
-  }
   child.pid = static_cast<pid_t>(pid);
   child.pidfd = pidfd;
   status_write.reset();
@@ -498,7 +508,6 @@ Child launch(const Plan& plan) {
     ::kill(child.pid, SIGKILL);
     reap(child.pid);
     ::close(child.pidfd);
-    remove_cgroup(child.cgroup);
   };
   // Reads one record: EOF means execve succeeded; a record names a step (kMapsReady, or a failure).
   auto read_status = [&](StatusRecord* record) {
@@ -534,7 +543,7 @@ Child launch(const Plan& plan) {
     } else if (plan.user_ns) {
       write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
     }
-    if (!child.cgroup.empty()) add_to_cgroup(child.cgroup, child.pid);
+    if (v2_by_pid) cgroups->add_to_v2(child.pid);
     if (plan.parent_clones) root_fds = clone_roots(plan, child.pid);
     send_release(sync_write.get(), root_fds);
   } catch (...) {
@@ -545,10 +554,13 @@ Child launch(const Plan& plan) {
   for (int fd : root_fds) ::close(fd);
   sync_write.reset();
 
-  if (!read_status(&record)) return child;  // close-on-exec closed the pipe: execve succeeded
+  if (!read_status(&record)) {  // close-on-exec closed the pipe: execve succeeded
+    if (cgroups) child.cgroups = cgroups->release();
+    return child;
+  }
   throw step_failed(record);
 }
 
-void release(const Child& child) noexcept { remove_cgroup(child.cgroup); }
+void release(const Child& child) noexcept { remove_cgroups(child.cgroups); }
 
 }  // namespace sandbox

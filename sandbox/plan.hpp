@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cgroup.hpp"
 #include "sandbox/launch.hpp"
 
 namespace sandbox {
@@ -43,6 +44,7 @@ enum class Step : std::int32_t {
   kLandlock,
   kSeccomp,
   kExecve,
+  kCgroupJoin,  // writing "0" into a v1 cgroup's tasks file (the tree limits)
 };
 const char* step_name(Step step) noexcept;
 
@@ -125,13 +127,20 @@ class Plan {
   uid_t inner_uid = 0;
   gid_t inner_gid = 0;
 
-  std::string cgroup_root;  // per-launch pids cgroups are made here; empty = none
-  std::uint64_t pids_max = 0;
+  CgroupPlan cgroups;  // per-launch cgroups for the tree limits (sandbox/cgroup.hpp)
 
   std::vector<LayerStatus> layers;
 };
 
+// Per-launch fds the child uses; everything is open before clone.
+struct ChildFds {
+  int status = -1;  // close-on-exec status pipe (write end)
+  int sync = -1;    // release pipe (read end)
+  const int* cgroup_join = nullptr;  // v1 `tasks` files to write "0" into, first thing
+  int cgroup_join_count = 0;
+};
+
 // Child side (child.cpp). Never returns: execs the target or _exits after reporting a step.
-[[noreturn]] void run_child(const Plan& plan, int status_fd, int sync_fd) noexcept;
+[[noreturn]] void run_child(const Plan& plan, const ChildFds& fds) noexcept;
 
 }  // namespace sandbox

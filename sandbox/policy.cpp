@@ -103,6 +103,10 @@ class Parser {
   const std::string& source_;
 };
 
+constexpr std::uint64_t kMinTreeMemoryMb = 16;
+constexpr std::uint64_t kMaxTreeMemoryMb = 1024 * 1024;
+constexpr std::uint64_t kMaxCpuPercent = 1024 * 100;
+
 bool valid_env_name(const std::string& name) {
   if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -166,7 +170,8 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   if (!section.is_object()) p.fail(root, "must be an object");
   p.check_keys(
       section, root,
-      {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment", "required"});
+      {"filesystem", "network", "syscalls", "rlimits", "tree_limits", "namespaces", "environment",
+       "required"});
   for (const char* key :
        {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment"})
     if (!section.contains(key)) p.fail(root + "." + key, "is missing");
@@ -204,6 +209,22 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   policy.rlimits.processes = p.count(rlimits, rl, "processes");
   if (policy.rlimits.open_files != 0 && policy.rlimits.open_files < 4)
     p.fail(rl + ".open_files", "must be 0 (unlimited) or at least 4 (stdin, stdout, stderr, exec)");
+
+  if (section.contains("tree_limits")) {
+    const std::string tl = root + ".tree_limits";
+    const json& tree = p.object(section, tl, "tree_limits", {"memory_mb", "cpu_percent"});
+    policy.tree_limits.memory_mb = p.count(tree, tl, "memory_mb");
+    policy.tree_limits.cpu_percent = p.count(tree, tl, "cpu_percent");
+    if (policy.tree_limits.memory_mb != 0 && policy.tree_limits.memory_mb < kMinTreeMemoryMb)
+      p.fail(tl + ".memory_mb", "must be 0 (no cap) or at least " +
+                                    std::to_string(kMinTreeMemoryMb) +
+                                    " (a smaller cap kills the command while it starts)");
+    if (policy.tree_limits.memory_mb > kMaxTreeMemoryMb)
+      p.fail(tl + ".memory_mb", "must be at most " + std::to_string(kMaxTreeMemoryMb) + " (1 TiB)");
+    if (policy.tree_limits.cpu_percent > kMaxCpuPercent)
+      p.fail(tl + ".cpu_percent",
+             "must be at most " + std::to_string(kMaxCpuPercent) + " (1024 CPUs)");
+  }
 
   policy.namespaces = p.strings(section, root, "namespaces", true);
   std::set<std::string> seen;
@@ -243,6 +264,14 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
     if (std::find(kLayerNames.begin(), kLayerNames.end(), policy.required[i]) == kLayerNames.end())
       p.fail(root + ".required[" + std::to_string(i) + "]",
              "names an unknown layer '" + policy.required[i] + "'");
+  for (std::size_t i = 0; i < policy.required.size(); ++i) {
+    if (policy.required[i] == "memory_cap" && policy.tree_limits.memory_mb == 0)
+      p.fail(root + ".required[" + std::to_string(i) + "]",
+             "requires 'memory_cap', but sandbox.tree_limits.memory_mb sets no cap");
+    if (policy.required[i] == "cpu_cap" && policy.tree_limits.cpu_percent == 0)
+      p.fail(root + ".required[" + std::to_string(i) + "]",
+             "requires 'cpu_cap', but sandbox.tree_limits.cpu_percent sets no quota");
+  }
   return policy;
 }
 

@@ -204,13 +204,13 @@ TEST_CASE("layers() reports every layer, and kernel_support() what the kernel of
   TempDir ws;
   auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
   auto layers = sandbox::layers(*plan);
-  REQUIRE(layers.size() == 20);  // sandbox::kLayerNames
+  REQUIRE(layers.size() == 22);  // sandbox::kLayerNames
   for (const auto& layer : layers) {
     INFO(layer.name << ": " << layer.detail);
     CHECK(!layer.detail.empty());
   }
   auto support = sandbox::kernel_support();
-  REQUIRE(support.size() == 20);
+  REQUIRE(support.size() == 22);
   CHECK(support[7].name == "landlock");
   CHECK(support[7].applied);
 }

@@ -228,6 +228,15 @@ void explain_text(const Preset& p, const std::string& workspace) {
   std::printf("  processes      %s%s\n", lim(r.processes, "").c_str(),
               r.processes ? " (as root: pids.max of a per-launch pids cgroup; otherwise RLIMIT_NPROC; see THIS KERNEL)" : "");
 
+  const auto& t = s.tree_limits;
+  std::printf("\nTREE LIMITS (cgroups over every process of the child together; see THIS KERNEL)\n");
+  std::printf("  memory         %s\n",
+              t.memory_mb ? (std::to_string(t.memory_mb) + " MiB, swap included; the OOM killer picks a process in the tree").c_str()
+                          : "no cap");
+  std::printf("  cpu            %s\n",
+              t.cpu_percent ? (std::to_string(t.cpu_percent) + "% of one CPU (CFS quota per 100 ms period)").c_str()
+                            : "no quota");
+
   std::printf("\nNAMESPACES (each where the kernel allows it; without root, only inside the user namespace)\n  %s\n",
               join(s.namespaces).c_str());
   std::printf("  user: as root, the child's own host id (0x6f000000 + pid) mapped to the workspace owner; otherwise an\n"

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "sandbox/launch.hpp"
+#include "sandbox/workspace_guard.hpp"
 #include "supervisor/budgets.hpp"
 #include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
@@ -33,7 +34,9 @@ Runs one child agent under its preset's sandbox and prints one result envelope (
 
 Required:
   --preset NAME            preset from the policy directory (explore, ...), or a path to a policy file
-  --workspace DIR          the directory the child works in (must exist)
+  --workspace DIR          the directory the child works in (must exist; "/", the home directory
+                           itself and system directories such as /etc or /usr are refused unless
+                           --allow-unsafe-workspace is given)
   --brief TEXT             the child's task; --brief-file FILE reads it from a file ("-" for stdin)
   --model SPEC             the model: openai:MODEL, anthropic:MODEL, a provider named in the model
                            config, or replay:FILE (a JSONL script of assistant turns); see docs/models.md
@@ -143,6 +146,7 @@ int cmd_run(Args args) {
   std::vector<std::string> redact;
   std::uint64_t keep_transcripts = 200;
   bool no_transcript = false;
+  bool allow_unsafe_workspace = false;
   std::vector<std::string> child_args;
   bool have_brief = false, quiet = false;
   BudgetOverrides o;
@@ -156,6 +160,7 @@ int cmd_run(Args args) {
         return 0;
       } else if (f == "--preset") preset_name = args.value(f);
       else if (f == "--workspace") workspace = args.value(f);
+      else if (f == "--allow-unsafe-workspace") allow_unsafe_workspace = true;
       else if (f == "--brief") brief = args.value(f), have_brief = true;
       else if (f == "--brief-file") brief = read_all(args.value(f)), have_brief = true;
       else if (f == "--description") description = args.value(f);
@@ -208,12 +213,17 @@ int cmd_run(Args args) {
     std::error_code ec;
     fs::path ws = fs::canonical(workspace, ec);
     if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
+    if (!allow_unsafe_workspace) sandbox::check_workspace(workspace, "workspace");
     cfg.workspace = ws;
+    cfg.allow_unsafe_workspace = allow_unsafe_workspace;
     validate_model_spec(model);
     cfg.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
     if (::access(cfg.child_executable.c_str(), X_OK) != 0)
       throw std::runtime_error("child program '" + cfg.child_executable.string() + "' is not an executable file");
   } catch (const WideningError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kUsageError;
+  } catch (const sandbox::UnsafeWorkspaceError& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return kUsageError;
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "sandbox/launch.hpp"
+#include "sandbox/workspace_guard.hpp"
 #include "supervisor/cli.hpp"
 #include "supervisor/preset.hpp"
 
@@ -17,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSandboxHelp = R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose] -- CMD [ARGS...]
+constexpr const char* kSandboxHelp = R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose]
+                                  [--allow-unsafe-workspace] -- CMD [ARGS...]
 
 Runs CMD under exactly the sandbox a child of preset NAME gets (seccomp, Landlock, namespaces,
 rlimits, capabilities, environment allowlist), for security reviewers and for testing children.
@@ -26,6 +28,8 @@ ${workspace} is DIR (default: the current directory) and ${child} is CMD's execu
 one program that may be executed, as the child program is for a real child.
 
 Layers the kernel lacks are listed on stderr; a layer the policy marks required makes the launch fail.
+"/", the home directory itself and system directories (/etc, /usr, /var/lib, ...) are refused as DIR
+(exit status 64) unless --allow-unsafe-workspace is given.
 
 Exit status: CMD's exit status, or 128+N when CMD was killed by signal N; 125 when the sandbox could
 not be set up (the message names the step); 64 for a bad command line.
@@ -64,7 +68,7 @@ std::string resolve(const std::string& cmd) {
 
 int cmd_sandbox(Args args) {
   std::string preset_name, workspace = ".", policy_dir;
-  bool verbose = false;
+  bool verbose = false, allow_unsafe_workspace = false;
   std::vector<std::string> command;
   while (auto a = args.next()) {
     if (*a == "-h" || *a == "--help") {
@@ -74,6 +78,7 @@ int cmd_sandbox(Args args) {
     else if (*a == "--workspace") workspace = args.value(*a);
     else if (*a == "--policy-dir") policy_dir = args.value(*a);
     else if (*a == "--verbose" || *a == "-v") verbose = true;
+    else if (*a == "--allow-unsafe-workspace") allow_unsafe_workspace = true;
     else if (*a == "--") {
       command = args.rest();
       break;
@@ -86,11 +91,19 @@ int cmd_sandbox(Args args) {
   std::error_code ec;
   fs::path ws = fs::canonical(workspace, ec);
   if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
+  if (!allow_unsafe_workspace) {
+    try {
+      sandbox::check_workspace(workspace, "workspace");
+    } catch (const sandbox::UnsafeWorkspaceError& e) {
+      throw UsageError(e.what());
+    }
+  }
 
   sandbox::LaunchRequest req;
   req.executable = resolve(command[0]);
   req.argv = command;
   req.workspace = ws;
+  req.allow_unsafe_workspace = allow_unsafe_workspace;
   req.child_dir = req.executable;
   req.stdin_fd = STDIN_FILENO;
   req.stdout_fd = STDOUT_FILENO;

@@ -4,6 +4,7 @@
 
 #include <boost/asio/signal_set.hpp>
 
+#include "sandbox/workspace_guard.hpp"
 #include "supervisor/model.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/scrub.hpp"
@@ -13,6 +14,8 @@ namespace fs = std::filesystem;
 
 const char* const kFrontEndFlagsHelp = R"(  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
   --workspace DIR          default workspace for spawns that name none (default: the current directory)
+  --allow-unsafe-workspace let "/", the home directory itself or a system directory (/etc, /usr, ...)
+                           be a workspace (refused by default; see policies/README.md)
   --policy-dir DIR         where presets are read from
   --child PATH             the child program (default: subagent-child next to this executable)
   --child-arg ARG          an argument for the child program (repeatable)
@@ -39,6 +42,7 @@ bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) 
   if (f == "--model") o.base.default_model = args.value(f);
   else if (f == "--workspace") o.default_workspace = fs::absolute(args.value(f));
   else if (f == "--policy-dir") o.policy_dir = args.value(f);
+  else if (f == "--allow-unsafe-workspace") o.base.allow_unsafe_workspace = true;
   else if (f == "--child") o.child = args.value(f);
   else if (f == "--child-arg") o.base.child_args.push_back(args.value(f));
   else if (f == "--max-concurrent") o.base.max_concurrent = args.number(f);
@@ -67,6 +71,13 @@ void finish_front_end(FrontEndOptions& o) {
   std::error_code ec;
   if (!fs::is_directory(o.default_workspace, ec))
     throw UsageError("--workspace: '" + o.default_workspace.string() + "' is not an existing directory");
+  if (!b.allow_unsafe_workspace) {
+    try {
+      sandbox::check_workspace(o.default_workspace, "--workspace");
+    } catch (const sandbox::UnsafeWorkspaceError& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (!b.default_model.empty()) validate_model_spec(b.default_model);
   b.policy_dir = o.policy_dir.empty() ? default_policy_dir() : fs::path(o.policy_dir);
   ScrubOptions scrub_options;

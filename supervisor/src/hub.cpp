@@ -2,6 +2,8 @@
 
 #include "supervisor/research.hpp"
 
+#include "sandbox/workspace_guard.hpp"
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <set>
@@ -139,6 +141,13 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   fs::path ws = fs::canonical(req.workspace, ec);
   if (ec || !fs::is_directory(ws))
     throw ScopeError("workspace: '" + req.workspace.string() + "' is not an existing directory");
+  if (!cfg_.allow_unsafe_workspace) {
+    try {
+      sandbox::check_workspace(ws, "workspace");
+    } catch (const sandbox::UnsafeWorkspaceError& e) {
+      throw ScopeError(std::string(e.what()) + " (a flag of the supervisor, not of the request)");
+    }
+  }
   const std::string model = req.model.empty() ? cfg_.default_model : req.model;
   if (model.empty()) throw ScopeError("model: none given and the supervisor has no default (--model)");
   validate_model_spec(model);
@@ -169,6 +178,7 @@ SessionConfig Hub::session_config(Child& c) {
   s.brief = c.req.brief;
   s.description = c.req.description;
   s.workspace = c.worktree ? c.worktree->path : c.req.workspace;
+  s.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
   s.child_executable = cfg_.child_executable;
   s.child_args = cfg_.child_args;
   s.approver = cfg_.approver;

@@ -157,6 +157,7 @@ void ChildSession::start(DoneHandler on_done) {
     req.argv.push_back(cfg_.child_executable.string());
     req.argv.insert(req.argv.end(), cfg_.child_args.begin(), cfg_.child_args.end());
     req.workspace = cfg_.workspace;
+    req.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
     req.child_dir = cfg_.child_executable;  // ${child}: the one program this child may exec
     req.extra_env.push_back("SUBAGENT_CHILD_ID=" + cfg_.id);
     req.stdin_fd = in.read;

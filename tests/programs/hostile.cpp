@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -341,6 +342,97 @@ int do_spin(double seconds) {
   }
 }
 
+// --- limits over the whole tree
+// ------------------------------------------------------------------------
+
+// `procs` processes each touch `mib` MiB of anonymous memory and hold it until all of them have
+// (or died trying): the memory a `make -j` of a hostile Makefile would take. Each one stays below
+// RLIMIT_AS, so only a limit over the whole tree can stop the sum.
+int do_tree_memory(int procs, long mib) {
+  int ready[2], go[2];
+  if (procs < 1 || procs > 64 || mib < 1 || ::pipe(ready) != 0 || ::pipe(go) != 0)
+    return usage("tree_memory PROCS MIB (1..64 processes)");
+  std::vector<pid_t> pids;
+  for (int i = 0; i < procs; ++i) {
+    pid_t pid = ::fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      ::close(ready[0]);
+      ::close(go[1]);
+      const std::size_t bytes = static_cast<std::size_t>(mib) << 20;
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) ::_exit(10);
+      std::memset(p, 0x5a, bytes);  // every page resident
+      if (::write(ready[1], "r", 1) != 1) ::_exit(11);
+      ::close(ready[1]);
+      char c;
+      while (::read(go[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(0);
+    }
+    pids.push_back(pid);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  int held = 0;
+  char c;
+  ssize_t n;
+  while ((n = ::read(ready[0], &c, 1)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) ++held;
+  ::close(go[1]);  // every process that holds its memory lets go now
+  int killed = 0, failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(status)) ++killed;
+    else if (WEXITSTATUS(status) != 0) ++failed;
+  }
+  const std::string what = std::to_string(held) + " of " + std::to_string(procs) +
+                           " processes held " + std::to_string(mib) + " MiB each (" +
+                           std::to_string(static_cast<long>(held) * mib) + " MiB in all); " +
+                           std::to_string(killed) + " killed by a signal, " +
+                           std::to_string(failed) + " failed to map";
+  if (held == procs && static_cast<int>(pids.size()) == procs) return succeeded(what);
+  return blocked(what, ENOMEM);
+}
+
+// `procs` processes spin for `seconds` of wall time; prints the CPUs they used together
+// ("cpus=1.93"), from the reaped children's rusage over the wall time.
+int do_tree_cpu(int procs, double seconds) {
+  if (procs < 1 || procs > 64 || seconds <= 0) return usage("tree_cpu PROCS SECONDS");
+  struct timespec start, end;
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < procs; ++i) {
+    pid_t pid = ::fork();
+    if (pid < 0) return blocked("fork", errno);
+    if (pid == 0) {
+      struct timespec now;
+      volatile unsigned long x = 0;
+      for (;;) {
+        for (int j = 0; j < 100000; ++j) x = x + 1;
+        ::clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 >= seconds) ::_exit(0);
+      }
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids)
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  ::clock_gettime(CLOCK_MONOTONIC, &end);
+  struct rusage ru {};
+  ::getrusage(RUSAGE_CHILDREN, &ru);
+  const double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+                     ru.ru_stime.tv_usec / 1e6;
+  const double wall = (end.tv_sec - start.tv_sec) + (end.tv_nsec - start.tv_nsec) / 1e9;
+  char text[128];
+  std::snprintf(text, sizeof text, "cpus=%.3f (%.3f s of CPU over %.3f s of wall time, %d processes)",
+                cpu / wall, cpu, wall, procs);
+  return succeeded(text);
+}
+
 // --- inherited descriptors
 // ------------------------------------------------------------------------
 
@@ -386,5 +478,7 @@ int main(int argc, char** argv) {
   if (a == "membomb" && need(1)) return do_membomb(std::atol(arg(2)));
   if (a == "spin" && need(1)) return do_spin(std::atof(arg(2)));
   if (a == "fds") return do_fds();
+  if (a == "tree_memory" && need(2)) return do_tree_memory(std::atoi(arg(2)), std::atol(arg(3)));
+  if (a == "tree_cpu" && need(2)) return do_tree_cpu(std::atoi(arg(2)), std::atof(arg(3)));
   return usage("unknown attack or missing arguments");
 }

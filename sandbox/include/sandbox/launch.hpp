@@ -35,6 +35,9 @@ struct LaunchRequest {
   int stdin_fd = 0;
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // "/", the home directory, system directories... are refused as the workspace or a write root
+  // unless this is set (sandbox/workspace_guard.hpp; the CLI's --allow-unsafe-workspace).
+  bool allow_unsafe_workspace = false;
 };
 
 struct LayerStatus {
@@ -58,7 +61,7 @@ std::vector<LayerStatus> layers(const Plan& plan);
 struct Child {
   pid_t pid = -1;
   int pidfd = -1;      // owned by the caller; close-on-exec
-  std::string cgroup;  // per-launch pids cgroup, or empty; remove with release() after reaping
+  std::vector<std::string> cgroups;  // per-launch cgroups (tree limits); release() after reaping
 };
 
 // Forks the plan's target. Blocks until the child has exec'd (or failed a step: then the child is

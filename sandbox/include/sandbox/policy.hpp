@@ -28,6 +28,12 @@ struct Rlimits {
   std::uint64_t processes = 0;
 };
 
+// Limits over the child's whole process tree (cgroups; see policies/README.md). 0 = not limited.
+struct TreeLimits {
+  std::uint64_t memory_mb = 0;    // memory of every process together; swap does not extend it
+  std::uint64_t cpu_percent = 0;  // CFS quota in percent of one CPU: 100 = one CPU, 50 = half
+};
+
 struct Policy {
   std::string source;  // file name, for error messages
   // Path templates; ${workspace} and ${child} are substituted at prepare() time.
@@ -42,6 +48,7 @@ struct Policy {
   std::vector<std::string> extra_allowed_syscalls;
   std::vector<std::string> extra_denied_syscalls;
   Rlimits rlimits;
+  TreeLimits tree_limits;
   std::vector<std::string> namespaces;  // user, pid, net, ipc, uts, mount
   std::vector<std::string> env_allow;   // names copied from the supervisor's environment
   std::map<std::string, std::string> env_set;  // fixed values (templates allowed)

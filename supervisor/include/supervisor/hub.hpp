@@ -72,6 +72,7 @@ struct HubConfig {
   Approver approver;  // empty: nobody can answer approvals; "ask" is denied at once
   std::chrono::milliseconds approval_timeout{300'000};
   WorkspaceConfig workspaces;
+  bool allow_unsafe_workspace = false;  // --allow-unsafe-workspace (sandbox/workspace_guard.hpp)
   std::shared_ptr<TranscriptStore> transcripts;  // null: no transcripts
   std::shared_ptr<AuditLog> audit;               // null: no audit log
   std::string search_endpoint;                   // web_search backend for research children

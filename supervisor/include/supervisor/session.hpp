@@ -69,6 +69,7 @@ struct SessionConfig {
   std::string brief;
   std::string description;
   std::filesystem::path workspace;  // canonical
+  bool allow_unsafe_workspace = false;  // "/", $HOME, /etc... (sandbox/workspace_guard.hpp)
   std::filesystem::path child_executable;
   std::vector<std::string> child_args;  // after argv[0]
   std::size_t max_line = protocol::kDefaultMaxLine;

@@ -1,0 +1,33 @@
+// Workspace sanity: directories no child may get as its workspace or as a write root, because a
+// preset's grants on them would reach the whole host ("/"), the user's own files (the home
+// directory itself) or the system (/etc, /usr, ...). One check, used by every front end (`sandbox`,
+// `run`, `serve`, `mcp`) for an early, clear error and by sandbox::prepare() as the backstop.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "sandbox/launch.hpp"
+
+namespace sandbox {
+
+inline constexpr const char* kAllowUnsafeWorkspaceFlag = "--allow-unsafe-workspace";
+
+// Thrown by check_workspace(); what() names the path, why, and the flag.
+class UnsafeWorkspaceError : public SandboxError {
+ public:
+  using SandboxError::SandboxError;
+};
+
+// Why the canonical directory `dir` is unsafe as a workspace or write root, or "" when it is not:
+//  - exactly: "/", the user's home directory ($HOME and the passwd entry) and every directory above
+//    it, /home, /root, /var, /run, /srv, /opt, /mnt, /media, /tmp, /var/tmp, /usr/local;
+//  - it or anything beneath it: /etc, /usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32, /boot,
+//    /proc, /sys, /dev, /var/lib, /var/log, /var/cache, /var/spool, /var/mail, /var/backups.
+std::string unsafe_workspace_reason(const std::filesystem::path& dir);
+
+// Resolves `path` (symlinks included; it must exist) and throws UnsafeWorkspaceError when it is
+// unsafe. `what` names the role in the message: "workspace", "write root".
+void check_workspace(const std::filesystem::path& path, const std::string& what);
+
+}  // namespace sandbox

@@ -1,0 +1,77 @@
+#include "sandbox/workspace_guard.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+namespace sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The directory itself only: beneath them live ordinary project directories (/home/u/repo,
+// /tmp/build-1, /opt/src/x), but the directory as a whole is everyone's.
+constexpr std::array<std::string_view, 13> kExactly = {
+    "/",        "/home",      "/root",  "/var", "/run", "/srv",      "/opt",
+    "/mnt",     "/media",     "/tmp",   "/var/tmp", "/usr/local", "/lost+found"};
+
+// The system: the directory and everything beneath it.
+constexpr std::array<std::string_view, 18> kSubtrees = {
+    "/etc",      "/usr",      "/bin",      "/sbin",      "/lib",      "/lib32",
+    "/lib64",    "/libx32",   "/boot",     "/proc",      "/sys",      "/dev",
+    "/var/lib",  "/var/log",  "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
+
+bool within(const fs::path& dir, const fs::path& top) {
+  auto rel = dir.lexically_relative(top);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+std::vector<fs::path> home_directories() {
+  std::vector<fs::path> homes;
+  auto add = [&](const char* h) {
+    if (!h || h[0] != '/') return;
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(h, ec);
+    if (!ec) homes.push_back(p);
+  };
+  add(std::getenv("HOME"));
+  if (const struct passwd* pw = ::getpwuid(::getuid())) add(pw->pw_dir);
+  return homes;
+}
+
+}  // namespace
+
+std::string unsafe_workspace_reason(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  if (!d.has_filename() && d != d.root_path()) d = d.parent_path();  // "/tmp/" is "/tmp"
+  if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
+  for (const fs::path& home : home_directories()) {
+    if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
+    if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
+  }
+  for (std::string_view top : kSubtrees)
+    if (d == fs::path(top) || within(d, fs::path(top)))
+      return "it is a system directory (" + std::string(top) + (d == fs::path(top) ? "" : "/...") + ")";
+  for (std::string_view top : kExactly)
+    if (d == fs::path(top)) return "it is a shared system directory (" + std::string(top) + ")";
+  return {};
+}
+
+void check_workspace(const fs::path& path, const std::string& what) {
+  std::error_code ec;
+  fs::path canonical = fs::canonical(path, ec);
+  if (ec) canonical = path.lexically_normal();  // the caller reports a missing path its own way
+  std::string why = unsafe_workspace_reason(canonical);
+  if (why.empty()) return;
+  std::string shown = "'" + path.string() + "'";
+  if (canonical != path) shown += " (resolved: '" + canonical.string() + "')";
+  throw UnsafeWorkspaceError(what + " " + shown + " is refused: " + why +
+                             ". A child's grants on it would reach far beyond one project; pass " +
+                             kAllowUnsafeWorkspaceFlag + " to allow it anyway");
+}
+
+}  // namespace sandbox
