@@ -15,15 +15,17 @@ namespace fs = std::filesystem;
 
 // The directory itself only: beneath them live ordinary project directories (/home/u/repo,
 // /tmp/build-1, /opt/src/x), but the directory as a whole is everyone's.
-constexpr std::array<std::string_view, 13> kExactly = {
-    "/",        "/home",      "/root",  "/var", "/run", "/srv",      "/opt",
-    "/mnt",     "/media",     "/tmp",   "/var/tmp", "/usr/local", "/lost+found"};
+// /dev too: its subdirectories (/dev/pts, /dev/shm, /dev/mqueue) are dedicated mounts a policy may
+// grant on purpose (a terminal test, POSIX shared memory).
+constexpr std::array<std::string_view, 14> kExactly = {
+    "/",    "/home",  "/root", "/var",     "/run",       "/srv",        "/opt",
+    "/mnt", "/media", "/tmp",  "/var/tmp", "/usr/local", "/lost+found", "/dev"};
 
 // The system: the directory and everything beneath it.
-constexpr std::array<std::string_view, 18> kSubtrees = {
-    "/etc",      "/usr",      "/bin",      "/sbin",      "/lib",      "/lib32",
-    "/lib64",    "/libx32",   "/boot",     "/proc",      "/sys",      "/dev",
-    "/var/lib",  "/var/log",  "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
+constexpr std::array<std::string_view, 17> kSubtrees = {
+    "/etc",     "/usr",     "/bin",      "/sbin",      "/lib",      "/lib32",
+    "/lib64",   "/libx32",  "/boot",     "/proc",      "/sys",      "/var/lib",
+    "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
 
 bool within(const fs::path& dir, const fs::path& top) {
   auto rel = dir.lexically_relative(top);

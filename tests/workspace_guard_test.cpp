@@ -46,14 +46,14 @@ std::string home() {
 TEST_CASE("the unsafe directories, and the ordinary ones beside them") {
   using sandbox::unsafe_workspace_reason;
   for (const char* p : {"/", "/etc", "/etc/ssl", "/usr", "/usr/lib/x86_64-linux-gnu", "/bin", "/sbin",
-                        "/lib", "/lib64", "/boot", "/proc", "/proc/1", "/sys", "/dev", "/dev/shm", "/var",
+                        "/lib", "/lib64", "/boot", "/proc", "/proc/1", "/sys", "/sys/fs/cgroup", "/dev", "/var",
                         "/var/lib", "/var/lib/dpkg", "/var/log", "/run", "/home", "/root", "/tmp", "/tmp/",
                         "/var/tmp", "/usr/local", "/opt", "/srv"}) {
     INFO(p);
     CHECK_FALSE(unsafe_workspace_reason(p).empty());
   }
   for (const char* p : {"/tmp/project", "/var/tmp/build", "/opt/src/app", "/srv/repo", "/home/someone-else/repo",
-                        "/work/wt/x", "/run/user/1000/sub"}) {
+                        "/work/wt/x", "/run/user/1000/sub", "/dev/pts", "/dev/shm"}) {
     INFO(p);
     CHECK(unsafe_workspace_reason(p).empty());
   }

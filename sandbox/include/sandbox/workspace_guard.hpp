@@ -21,9 +21,10 @@ class UnsafeWorkspaceError : public SandboxError {
 
 // Why the canonical directory `dir` is unsafe as a workspace or write root, or "" when it is not:
 //  - exactly: "/", the user's home directory ($HOME and the passwd entry) and every directory above
-//    it, /home, /root, /var, /run, /srv, /opt, /mnt, /media, /tmp, /var/tmp, /usr/local;
+//    it, /home, /root, /var, /run, /srv, /opt, /mnt, /media, /tmp, /var/tmp, /usr/local,
+//    /lost+found, /dev;
 //  - it or anything beneath it: /etc, /usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32, /boot,
-//    /proc, /sys, /dev, /var/lib, /var/log, /var/cache, /var/spool, /var/mail, /var/backups.
+//    /proc, /sys, /var/lib, /var/log, /var/cache, /var/spool, /var/mail, /var/backups.
 std::string unsafe_workspace_reason(const std::filesystem::path& dir);
 
 // Resolves `path` (symlinks included; it must exist) and throws UnsafeWorkspaceError when it is
