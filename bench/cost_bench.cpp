@@ -6,6 +6,8 @@
 // caching without trimming, caching with the child's context trimming. The fake server counts 4 bytes a
 // token and simulates each vendor's documented prompt caching (see the scenario's comment there).
 //
+// The explore preset is copied with an 8,000,000-token budget so that the baseline can finish.
+//
 // The floor is every distinct token sent once at the full input price: the input of the last request
 // of the untrimmed run (each request extends the one before it). The bill is uncached input + cache
 // reads + cache writes at the list prices of the issue (Anthropic Sonnet-class $3/M input, $0.30/M
@@ -113,7 +115,7 @@ Row run(const std::string& supervisor, const std::string& base, const std::strin
   std::vector<std::string> argv = {supervisor, "run", "--preset", "explore", "--workspace", source, "--brief",
                                    "Explore the supervisor's session, HTTP and protocol code and say how a model call flows.",
                                    "--model", "fake", "--quiet", "--transcript-dir", (tmp / "transcripts").string(),
-                                   "--max-steps", std::to_string(steps + 5)};
+                                   "--max-steps", std::to_string(steps + 5), "--policy-dir", (tmp / "policies").string()};
   if (!trim) argv.insert(argv.end(), {"--child-arg", "--no-trim"});
   Proc p = spawn(argv, false);
   std::string out = read_all(p.out);
@@ -127,7 +129,7 @@ Row run(const std::string& supervisor, const std::string& base, const std::strin
   Row r;
   r.provider = type;
   r.config = config;
-  r.answer = env["answer"];
+  r.answer = env["answer"].get<std::string>();
   for (const auto& e : t["events"]) {
     if (e["event"] != "model_response") continue;
     const auto& u = e["usage"];
@@ -175,6 +177,16 @@ int main(int argc, char** argv) {
     }
   const fs::path tmp = fs::temp_directory_path() / ("cost-bench-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
+  // The explore preset with a token budget the untrimmed, uncached baseline can finish in.
+  fs::create_directories(tmp / "policies");
+  for (const auto& f : fs::directory_iterator(fs::path(source) / "policies")) {
+    std::string text = slurp(f.path());
+    if (f.path().filename() == "explore.json") {
+      const std::string from = "\"max_tokens\": 1000000";
+      if (auto p = text.find(from); p != std::string::npos) text.replace(p, from.size(), "\"max_tokens\": 8000000");
+    }
+    std::ofstream(tmp / "policies" / f.path().filename()) << text;
+  }
   Proc server = spawn({fake}, true);
   std::string ports;
   char c;

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
         "Context trimming (docs/models.md): once the history passes a threshold, results of tool turns\n"
         "older than the newest few become a stub naming the tool, its arguments and the result's size.\n"
         "  --no-trim                  never trim\n"
-        "  --trim-threshold-bytes N   history size that starts a trim (default 24000)\n"
-        "  --trim-keep-turns N        newest tool turns kept whole (default 2)\n"
+        "  --trim-threshold-bytes N   history size that starts a trim (default 16000)\n"
+        "  --trim-keep-turns N        newest tool turns kept whole (default 1)\n"
         "  --trim-block N             the trim boundary moves N tool turns at a time (default 4)");
     return 0;
   }

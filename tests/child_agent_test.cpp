@@ -53,7 +53,7 @@ std::size_t stubs(const nlohmann::json& m) {
 }  // namespace
 
 TEST_CASE("trimming: old tool results become stubs in blocks; the newest turns stay whole") {
-  Trimmer t;  // threshold 24,000 bytes, keep 2, block 4
+  Trimmer t(TrimOptions{true, 24'000, 2, 4, 300});
   auto m = history(5);  // 15 KB: under the threshold
   CHECK(t.trim(m) == 0);
   m = history(10);  // 30 KB: 8 old turns, trimmed up to the block boundary at 8
@@ -86,7 +86,8 @@ TEST_CASE("trimming: off by a flag; small results kept; bad flags named") {
   Trimmer off(parse_trim_flags({"--no-trim"}));
   CHECK(off.trim(m) == 0);
   auto small = history(200, 100);  // every result under 300 bytes
-  Trimmer t;
+  Trimmer t;  // the defaults
+  CHECK(t.options().keep_turns == 1);
   t.trim(small);
   CHECK(stubs(small) == 0);
   auto o = parse_trim_flags({"--trim-threshold-bytes", "1000", "--trim-keep-turns", "5", "--trim-block", "2"});

@@ -77,15 +77,14 @@ TEST_CASE("a token budget holds inside one streaming call") {
   FakeServer srv;
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
-    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", "600"});
+    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", "2000"});
     json env = json::parse(r.out, nullptr, false);
     REQUIRE_MESSAGE(!env.is_discarded(), r.out << r.err);
     // The server streams 1000 one-token deltas whatever max_tokens says; the supervisor cuts the call
     // at what the budget leaves once the input is reserved, so the total never passes it.
     const auto out = env["usage"]["output_tokens"].get<std::uint64_t>();
-    CHECK(out <= 600);
-    CHECK(out >= 400);
-    CHECK(env["usage"]["input_tokens"].get<std::uint64_t>() + out <= 600);
+    CHECK(out >= 400);  // the first call's estimated input (system prompt, brief, tool specs) is reserved
+    CHECK(env["usage"]["input_tokens"].get<std::uint64_t>() + out <= 2000);
     // A cut turn is never an answer: the envelope says so and marks the fragment.
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
@@ -132,10 +131,10 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
   FakeServer srv;
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
-    // Twin: with room, the same scripted session runs to its answer and needs far more than 60,000.
-    auto big = envelope_of(run_with(srv, type, "loop:40:4:0", "res-big-" + type, {"--child-arg", "--no-trim"}));
+    // Twin: with room, a shorter run of the same session reaches its answer and needs far more than 60,000.
+    auto big = envelope_of(run_with(srv, type, "loop:20:4:0", "res-big-" + type, {"--child-arg", "--no-trim"}));
     CHECK(big["status"] == "completed");
-    CHECK(u(big, "input_tokens") + u(big, "output_tokens") > 200'000);
+    CHECK(u(big, "input_tokens") + u(big, "output_tokens") > 120'000);
 
     // The server counts 4 bytes a token, less dense than the estimate's 3: the estimate errs high
     // and the budget holds exactly.

@@ -418,9 +418,8 @@ void ChildSession::handle(const proto::ModelRequest& m) {
     // No model turn left to give: the child reports with what it has.
     send(proto::ModelError{m.id, "budget_exhausted",
                            wrap_turn_used_ ? "the wrap-up turn was already used; send your final answer"
-                                           : reason_ + "; no budget is left for a wrap-up turn (" +
-                                                 reservation_refusal(est_input, kMinOutputTokens) +
-                                                 "); send your final answer with what you have"});
+                                           : reason_ + "; no budget is left for a wrap-up turn; send your final "
+                                                       "answer with what you have"});
     return;
   }
   ModelCall call;

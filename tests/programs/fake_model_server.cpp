@@ -249,12 +249,9 @@ Loop parse_loop(const std::string& scenario) {
 }
 
 void strip_cache_control(json& j) {
-  if (j.is_object()) {
-    j.erase("cache_control");
-    for (auto& [k, v] : j.items()) strip_cache_control(v);
-  } else if (j.is_array()) {
+  if (j.is_object()) j.erase("cache_control");
+  if (j.is_object() || j.is_array())
     for (auto& v : j) strip_cache_control(v);
-  }
 }
 
 std::map<std::string, std::vector<std::string>> openai_prefixes;  // cache key -> earlier requests
@@ -264,7 +261,7 @@ long tokens_of(size_t bytes, double bpt) { return long((double(bytes) + bpt - 1)
 
 // Input usage of an OpenAI request: {prompt_tokens, cached_tokens}.
 std::pair<long, long> openai_input(const json& body, const std::string& token, double bpt) {
-  json b = body;
+  const json& b = body;
   std::string text = b.value("tools", json::array()).dump();
   for (const auto& m : b.value("messages", json::array())) text += m.dump();
   const long total = tokens_of(text.size(), bpt);
@@ -315,9 +312,9 @@ std::tuple<long, long, long> anthropic_input(const json& body, const std::string
   }
   for (auto& w : written) cache[w] = true;
   const long total = tokens_of(prefix.size(), bpt);
-  const long read = long(double(read_bytes) / bpt);
-  const long write = write_end > read_bytes ? long(double(write_end - read_bytes) / bpt) : 0;
-  return {std::max(0L, total - read - write), write, read};
+  const long from_cache = long(double(read_bytes) / bpt);
+  const long to_cache = write_end > read_bytes ? long(double(write_end - read_bytes) / bpt) : 0;
+  return {std::max(0L, total - from_cache - to_cache), to_cache, from_cache};
 }
 
 size_t tool_results(const json& body) {
@@ -352,12 +349,12 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
       budget = t->value("budget_tokens", 0L);
     const long thinking = std::min(budget, l.think);
     const long max_tokens = body.value("max_tokens", 0L);
-    auto [in, write, read] = anthropic_input(body, token, l.bpt);
+    auto [in, cache_write, cache_read] = anthropic_input(body, token, l.bpt);
     s.event("message_start", {{"type", "message_start"},
                               {"message", {{"id", "msg_loop"}, {"type", "message"}, {"role", "assistant"},
                                            {"content", json::array()}, {"model", "fake"},
-                                           {"usage", {{"input_tokens", in}, {"cache_creation_input_tokens", write},
-                                                      {"cache_read_input_tokens", read}, {"output_tokens", 1}}}}}});
+                                           {"usage", {{"input_tokens", in}, {"cache_creation_input_tokens", cache_write},
+                                                      {"cache_read_input_tokens", cache_read}, {"output_tokens", 1}}}}}});
     int idx = 0;
     if (thinking > 0) {  // summarized thinking: a short text for many tokens served
       s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});

@@ -17,8 +17,10 @@ namespace child {
 
 struct TrimOptions {
   bool enabled = true;
-  std::size_t threshold_bytes = 24'000;  // history size (JSON bytes) that starts a trim
-  std::size_t keep_turns = 2;            // the newest tool turns whose results stay whole
+  // Defaults chosen on bench/README.md's 40-step session: every trim rewrites the cached prefix from
+  // the boundary on, so keeping more turns whole costs cache writes and reads on every block.
+  std::size_t threshold_bytes = 16'000;  // history size (JSON bytes) that starts a trim
+  std::size_t keep_turns = 1;            // the newest tool turns whose results stay whole
   std::size_t block = 4;                 // the boundary moves this many tool turns at a time
   std::size_t min_result_bytes = 300;    // results this small are kept (a stub would save nothing)
 };
