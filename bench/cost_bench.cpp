@@ -13,7 +13,8 @@
 // reads + cache writes at the list prices of the issue (Anthropic Sonnet-class $3/M input, $0.30/M
 // cache read, $3.75/M cache write; OpenAI gpt-4.1-class $2/M input, $0.50/M cached input).
 //
-//   cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE]
+//   cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE] [--child-arg ARG]...
+// (--child-arg: trimming flags for the "cache + trim" runs, e.g. --child-arg --trim-keep-turns --child-arg 2)
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -96,6 +97,8 @@ struct Prices {
   double input, read, write;
 };
 
+std::vector<std::string> g_trim_args;  // --child-arg values for the trimming runs
+
 Row run(const std::string& supervisor, const std::string& base, const std::string& type, const std::string& config,
         int steps, const fs::path& tmp, const std::string& source, const Prices& price) {
   static int n = 0;
@@ -117,6 +120,8 @@ Row run(const std::string& supervisor, const std::string& base, const std::strin
                                    "--model", "fake", "--quiet", "--transcript-dir", (tmp / "transcripts").string(),
                                    "--max-steps", std::to_string(steps + 5), "--policy-dir", (tmp / "policies").string()};
   if (!trim) argv.insert(argv.end(), {"--child-arg", "--no-trim"});
+  else
+    for (const auto& a : g_trim_args) argv.insert(argv.end(), {"--child-arg", a});
   Proc p = spawn(argv, false);
   std::string out = read_all(p.out);
   ::close(p.out);
@@ -161,8 +166,9 @@ int main(int argc, char** argv) {
     else if (a == "--source") source = value();
     else if (a == "--steps") steps = std::stoi(value());
     else if (a == "--json") json_out = value();
+    else if (a == "--child-arg") g_trim_args.push_back(value());
     else {
-      std::fprintf(stderr, "usage: cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE] [--child-arg ARG]...\n");
       return 64;
     }
   }

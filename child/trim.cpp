@@ -28,10 +28,12 @@ std::size_t Trimmer::trim(json& messages) {
       if (c.is_object()) call[c.value("id", "")] = {turns, i};
     ++turns;
   }
+  // The boundary moves only when it can move a whole block, and then up to the newest keep_turns:
+  // the part after it, written to the cache again, is never more than those turns and the stubs.
   if (turns <= o_.keep_turns) return 0;
   const std::size_t block = o_.block ? o_.block : 1;
-  const std::size_t want = (turns - o_.keep_turns) / block * block;
-  if (want <= boundary_) return 0;
+  const std::size_t want = turns - o_.keep_turns;
+  if (want < boundary_ + block) return 0;
   if (messages.dump().size() <= o_.threshold_bytes) return 0;
   std::size_t replaced = 0;
   for (auto& m : messages) {

@@ -56,7 +56,7 @@ TEST_CASE("trimming: old tool results become stubs in blocks; the newest turns s
   Trimmer t(TrimOptions{true, 24'000, 2, 4, 300});
   auto m = history(5);  // 15 KB: under the threshold
   CHECK(t.trim(m) == 0);
-  m = history(10);  // 30 KB: 8 old turns, trimmed up to the block boundary at 8
+  m = history(10);  // 30 KB: every turn but the newest 2 trimmed
   CHECK(t.trim(m) == 8);
   CHECK(t.boundary() == 8);
   CHECK(stubs(m) == 8);
@@ -77,8 +77,9 @@ TEST_CASE("trimming: old tool results become stubs in blocks; the newest turns s
   auto more = history(16);
   for (std::size_t i = 0; i < m.size(); ++i) more[i] = m[i];
   m = more;
-  CHECK(t.trim(m) == 4);  // 16 turns and past the threshold again: the boundary moves to 12
-  CHECK(stubs(m) == 12);
+  CHECK(t.trim(m) == 6);  // 16 turns and past the threshold again: the boundary moves to 14
+  CHECK(t.boundary() == 14);
+  CHECK(stubs(m) == 14);
 }
 
 TEST_CASE("trimming: off by a flag; small results kept; bad flags named") {

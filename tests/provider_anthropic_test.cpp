@@ -338,9 +338,9 @@ TEST_CASE("anthropic: cache breakpoints on tools, system and the growing history
   REQUIRE(seen.size() == 3);
   for (const auto& req : seen) {
     const json& b = req["body"];
-    CHECK(b["tools"].back()["cache_control"] == json{{"type", "ephemeral"}});
+    CHECK_FALSE(b["tools"].back().contains("cache_control"));  // the system's breakpoint covers the tools
     CHECK(b["system"][0]["cache_control"] == json{{"type", "ephemeral"}});
-    std::size_t marks = 2;
+    std::size_t marks = 1;
     for (const auto& m : b["messages"])
       for (const auto& blk : m["content"]) marks += blk.contains("cache_control");
     CHECK(marks <= 4);  // the API's limit
@@ -365,6 +365,44 @@ TEST_CASE("anthropic: cache breakpoints on tools, system and the growing history
   mc.max_tokens = 4000;
   REQUIRE(call(io, *q, mc).ok);
   CHECK(inspect(io, srv, "nocache")[0]["body"].dump().find("cache_control") == std::string::npos);
+}
+
+TEST_CASE("anthropic: after the history changes in the middle (a trim), the unchanged part is read back") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto cfg = config(srv.scenario("loop:20:4:0", "anchor"));
+  cfg.thinking = false;
+  auto p = supervisor::make_anthropic_provider(io, cfg, kKey);
+  auto stub = [](json h, std::size_t upto) {  // what the child's trimming does to turns before `upto`
+    for (std::size_t k = 0; k < upto; ++k) h[3 + 2 * k]["content"] = "[trimmed " + std::to_string(k) + "]";
+    return h;
+  };
+  std::vector<json> requests = {loop_history(4), loop_history(5), stub(loop_history(6), 2), stub(loop_history(7), 2),
+                                stub(loop_history(8), 4)};
+  std::vector<supervisor::ModelReply> replies;
+  for (const auto& h : requests) {
+    supervisor::ModelCall mc;
+    mc.messages = h;
+    mc.tools = kReadFile;
+    mc.max_tokens = 4000;
+    p->cancel();
+    replies.push_back(call(io, *p, mc));
+    REQUIRE_MESSAGE(replies.back().ok, replies.back().error_message);
+  }
+  json seen = inspect(io, srv, "anchor");
+  for (const auto& r : seen) {
+    std::size_t marks = 0;
+    for (const auto& m : r["body"]["messages"])
+      for (const auto& blk : m["content"]) marks += blk.contains("cache_control");
+    CHECK(marks <= 3);  // with the system's: at most four
+  }
+  // After the first trim (request 2) the next request reads back all that request 2 wrote.
+  CHECK(replies[3].usage.cache_read_input_tokens + 100 >= replies[2].usage.input_tokens);
+  // The second trim changes the history from turn 2 on: the anchor left by the first trim (the last
+  // message before it, marked from request 2 on) is read back: more than the system prompt.
+  CHECK(replies[2].request["cache_breakpoints"] == json::array({"system", "message 1", "message 12"}));
+  CHECK(replies[4].request["cache_breakpoints"][1] == "message 1");
+  CHECK(replies[4].usage.cache_read_input_tokens > replies[2].usage.cache_read_input_tokens);
 }
 
 TEST_CASE("anthropic: a turn ended by max_tokens is reported as length, its cut tool call dropped") {

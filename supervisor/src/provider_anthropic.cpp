@@ -278,23 +278,36 @@ class AnthropicProvider final : public detail::StreamingProvider {
     return w;
   }
 
-  // At most four breakpoints (the API's limit): the end of the tools, the end of the system prompt,
-  // the end of the previous request's history (read back from the cache) and the end of this one
-  // (written for the next request). The child's history only grows at the end (its trimming replaces
-  // old results in rare blocks), so every request but the first reads the prefix written before.
+  // At most four breakpoints (the API's limit); the cache holds a prefix only where an earlier request
+  // put a breakpoint, so they go where later requests will share the prefix:
+  //  - the system prompt (its prefix holds the tools too; the last tool gets one only without a system);
+  //  - the anchor: the end of the history that did not change the last time the history changed
+  //    in the middle (the child trimmed old results). Marked on every request since, so the next
+  //    trim, which starts after it, reads everything up to it back;
+  //  - the end of the history this request shares with the previous one (read back: normally the
+  //    previous request's end);
+  //  - the end of this request (written for the next one).
   void place_breakpoints(json& tools, const std::string& system, json& messages, json& where) {
     const json ephemeral = {{"type", "ephemeral"}};
-    if (!tools.empty()) {
+    if (!tools.empty() && system.empty()) {
       tools.back()["cache_control"] = ephemeral;
       where.push_back("tools");
     }
     if (!system.empty()) where.push_back("system");
+    std::vector<std::string> dumps;
+    dumps.reserve(messages.size());
+    for (const auto& m : messages) dumps.push_back(m.dump(-1, ' ', false, json::error_handler_t::replace));
+    std::size_t common = 0;
+    while (common < dumps.size() && common < prev_.size() && dumps[common] == prev_[common]) ++common;
+    const bool changed_inside = common < prev_.size();
+    prev_ = std::move(dumps);
     auto mark = [&](std::size_t i) {
       if (i >= messages.size()) return false;
       json& content = messages[i]["content"];
       for (auto it = content.rbegin(); it != content.rend(); ++it) {
         const std::string t = it->value("type", "");
         if (t == "thinking" || t == "redacted_thinking") continue;  // cannot carry cache_control
+        if (it->contains("cache_control")) return true;
         (*it)["cache_control"] = ephemeral;
         where.push_back("message " + std::to_string(i));
         return true;
@@ -303,9 +316,11 @@ class AnthropicProvider final : public detail::StreamingProvider {
     };
     const std::size_t n = messages.size();
     if (n == 0) return;
-    if (prev_messages_ > 0 && prev_messages_ < n) mark(prev_messages_ - 1);
+    if (anchor_ && *anchor_ >= common) anchor_.reset();  // the anchor itself changed
+    if (anchor_) mark(*anchor_);
+    if (common > 0 && common < n) mark(common - 1);
+    if (changed_inside && common > 0) anchor_ = common - 1;
     mark(n - 1);
-    prev_messages_ = n;
   }
 
   std::unique_ptr<detail::Decoder> make_decoder() override {
@@ -345,7 +360,8 @@ class AnthropicProvider final : public detail::StreamingProvider {
   static constexpr std::uint64_t kMinThinking = 1024;
   AnthropicDecoder* decoder_ = nullptr;
   std::map<std::string, json> thinking_;
-  std::size_t prev_messages_ = 0;  // messages in the previous request (its last cache breakpoint)
+  std::vector<std::string> prev_;  // the previous request's messages, serialized (where the cache ends)
+  std::optional<std::size_t> anchor_;  // see place_breakpoints
 };
 
 }  // namespace

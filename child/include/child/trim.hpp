@@ -2,9 +2,10 @@
 // child resends passes a threshold, the results of tool turns older than the newest few become a short
 // stub naming the tool, its arguments and the size of the result. The model can call the tool again.
 //
-// Trimming and prompt caching work together: the trim boundary moves in whole blocks of tool turns,
-// and a stub never changes again, so the resent prefix changes at most once per block (one cache
-// write from the boundary on) and stays identical, byte for byte, between those moves.
+// Trimming and prompt caching work together: the trim boundary moves only by whole blocks of tool
+// turns (then up to the newest keep_turns), and a stub never changes again, so the resent prefix
+// changes at most once per block (one cache write from the boundary on: the stubs and the kept
+// turns) and stays identical, byte for byte, between those moves.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,7 @@ struct TrimOptions {
   // the boundary on, so keeping more turns whole costs cache writes and reads on every block.
   std::size_t threshold_bytes = 16'000;  // history size (JSON bytes) that starts a trim
   std::size_t keep_turns = 1;            // the newest tool turns whose results stay whole
-  std::size_t block = 4;                 // the boundary moves this many tool turns at a time
+  std::size_t block = 4;                 // the boundary moves only by at least this many tool turns
   std::size_t min_result_bytes = 300;    // results this small are kept (a stub would save nothing)
 };
 
