@@ -11,8 +11,9 @@
 //            content_block_stop, message_delta {delta:{stop_reason}, usage:{output_tokens}}, message_stop,
 //            ping, error {error:{type, message}}
 //
-// Caching: cache_control breakpoints on the tools, the system prompt and the growing history (see
-// place_breakpoints); usage reports cache_creation_input_tokens / cache_read_input_tokens.
+// Caching: cache_control breakpoints on the system prompt (whose prefix holds the tools) and the
+// growing history (see place_breakpoints); usage reports cache_creation_input_tokens /
+// cache_read_input_tokens.
 //
 // Extended thinking with tool use requires the assistant turn's signed thinking blocks to be sent back
 // unchanged. Neutral messages have no place for them, so the provider (one per child) keeps them, keyed
