@@ -1,5 +1,8 @@
 #include "supervisor/budgets.hpp"
 
+#include "supervisor/control.hpp"
+#include "supervisor/hub.hpp"
+
 #include <doctest/doctest.h>
 
 using namespace supervisor;
@@ -113,4 +116,24 @@ TEST_CASE("cost of a call: each kind of input token at its own price") {
   Price p{3.0, 0.30, 3.75, 15.0};
   CHECK(cost_of(u, p) == doctest::Approx((1000 * 3.0 + 6000 * 0.30 + 3000 * 3.75 + 500 * 15.0) / 1e6));
   CHECK(worst_input_price(p) == 3.75);
+}
+
+TEST_CASE("max_cost_usd from serve and mcp: parsed, capped by the parent's scope, refused above it") {
+  auto limits = parse_limits(nlohmann::json{{"max_cost_usd", 0.5}}, "limits");
+  REQUIRE(limits.max_cost_usd);
+  CHECK(*limits.max_cost_usd == 0.5);
+  CHECK_THROWS_WITH(parse_limits(nlohmann::json{{"max_cost_usd", "1"}}, "limits"),
+                    doctest::Contains("limits.max_cost_usd: must be a positive number"));
+  CHECK_THROWS_WITH(parse_limits(nlohmann::json{{"max_cost_usd", -1}}, "limits"),
+                    doctest::Contains("limits.max_cost_usd: must be a positive number"));
+  Scope scope = parse_scope(nlohmann::json{{"budgets", {{"max_cost_usd", 1.0}}}});
+  Preset p;
+  p.name = "explore";
+  Budgets b = effective_budgets(p, scope, {});
+  REQUIRE(b.max_cost_usd);
+  CHECK(*b.max_cost_usd == 1.0);  // the parent's cap reaches a child that sets none
+  CHECK(*effective_budgets(p, scope, limits).max_cost_usd == 0.5);
+  auto more = parse_limits(nlohmann::json{{"max_cost_usd", 2.0}}, "limits");
+  CHECK_THROWS_WITH(effective_budgets(p, scope, more), doctest::Contains("limits.max_cost_usd $2.0000 exceeds the parent's scope"));
+  CHECK_FALSE(effective_budgets(p, Scope{}, {}).max_cost_usd);  // no cost budget unless one is set
 }
