@@ -107,7 +107,7 @@ std::vector<std::string> bullet_lines(const std::string& text) {
 
 class Agent {
  public:
-  Agent(int in, int out) : ch_(in, out) {}
+  Agent(int in, int out, TrimOptions trim) : ch_(in, out), trimmer_(trim) {}
 
   int run() {
     try {
@@ -152,6 +152,10 @@ class Agent {
                                             "required shape, with what you have."}});
         wrap_up_prompted_ = true;
       }
+      if (std::size_t n = trimmer_.trim(messages))
+        ch_.send(proto::Log{"info", "context trimmed: " + std::to_string(n) +
+                                        " old tool results replaced by stubs (tool turns before " +
+                                        std::to_string(trimmer_.boundary()) + ")"});
       proto::ModelRequest req;
       req.id = "m" + std::to_string(++model_turns_);
       req.messages = messages;
@@ -180,6 +184,8 @@ class Agent {
         assistant["tool_calls"] = std::move(calls);
       }
       messages.push_back(std::move(assistant));
+      const bool cut = resp.finish_reason == "length" || resp.finish_reason == "budget";
+      if (cut && wrap_up_ && !wrap_up_prompted_) continue;  // a fragment: ask for the wrap-up turn instead
       if (resp.tool_calls.empty() || (wrap_up_ && wrap_up_prompted_)) {
         finish(resp.content, {});
         return;
@@ -254,6 +260,7 @@ class Agent {
   }
 
   Channel ch_;
+  Trimmer trimmer_;
   proto::Task task_;
   ToolContext ctx_;
   int model_turns_ = 0;
@@ -346,6 +353,6 @@ nlohmann::json to_json(const Report& r) {
           {"files_changed", r.files_changed}, {"commands", r.commands}, {"risks", r.risks}};
 }
 
-int run_agent(int in_fd, int out_fd) { return Agent(in_fd, out_fd).run(); }
+int run_agent(int in_fd, int out_fd, TrimOptions trim) { return Agent(in_fd, out_fd, trim).run(); }
 
 }  // namespace child

@@ -3,6 +3,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "child/agent.hpp"
 
@@ -11,8 +14,22 @@ int main(int argc, char** argv) {
     std::puts(
         "usage: subagent-child\n"
         "The reference child agent of subagent-supervisor. It is started by the supervisor inside a\n"
-        "sandbox and speaks the JSON-lines protocol v1 (protocol/README.md) on stdin and stdout.");
+        "sandbox and speaks the JSON-lines protocol v1 (protocol/README.md) on stdin and stdout.\n"
+        "\n"
+        "Context trimming (docs/models.md): once the history passes a threshold, results of tool turns\n"
+        "older than the newest few become a stub naming the tool, its arguments and the result's size.\n"
+        "  --no-trim                  never trim\n"
+        "  --trim-threshold-bytes N   history size that starts a trim (default 16000)\n"
+        "  --trim-keep-turns N        newest tool turns kept whole (default 1)\n"
+        "  --trim-block N             the trim boundary moves N tool turns at a time (default 4)");
     return 0;
   }
-  return child::run_agent(STDIN_FILENO, STDOUT_FILENO);
+  child::TrimOptions trim;
+  try {
+    trim = child::parse_trim_flags(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "subagent-child: %s\n", e.what());
+    return 64;
+  }
+  return child::run_agent(STDIN_FILENO, STDOUT_FILENO, trim);
 }

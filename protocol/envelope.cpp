@@ -69,9 +69,11 @@ nlohmann::json to_json(const Envelope& e) {
   j["answer"] = e.answer.text;
   j["answer_truncated"] = e.answer.truncated;
   j["answer_bytes"] = e.answer.original_bytes;
+  j["answer_partial"] = e.answer_partial;
   j["tools_used"] = e.tools_used;
   j["tools_denied"] = e.tools_denied;
   j["usage"] = to_json(e.usage);
+  j["cost_usd"] = e.cost_usd ? nlohmann::json(*e.cost_usd) : nlohmann::json(nullptr);
   j["steps"] = e.steps;
   j["tool_calls"] = e.tool_calls;
   j["duration_ms"] = e.duration_ms;

@@ -53,6 +53,8 @@ class Fields {
     out.input_tokens = f.u64("input_tokens", false);
     out.output_tokens = f.u64("output_tokens", false);
     out.reasoning_tokens = f.u64("reasoning_tokens", false);
+    out.cache_read_input_tokens = f.u64("cache_read_input_tokens", false);
+    out.cache_write_input_tokens = f.u64("cache_write_input_tokens", false);
     if (!f.error_.empty() && error_.empty()) error_ = f.error_;
     return out;
   }
@@ -284,7 +286,9 @@ Decoded<SupervisorMessage> decode_supervisor_message(std::string_view line) {
 json to_json(const Usage& u) {
   return {{"input_tokens", u.input_tokens},
           {"output_tokens", u.output_tokens},
-          {"reasoning_tokens", u.reasoning_tokens}};
+          {"reasoning_tokens", u.reasoning_tokens},
+          {"cache_read_input_tokens", u.cache_read_input_tokens},
+          {"cache_write_input_tokens", u.cache_write_input_tokens}};
 }
 
 json to_json(const Limits& l) {

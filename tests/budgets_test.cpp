@@ -1,5 +1,8 @@
 #include "supervisor/budgets.hpp"
 
+#include "supervisor/control.hpp"
+#include "supervisor/hub.hpp"
+
 #include <doctest/doctest.h>
 
 using namespace supervisor;
@@ -58,4 +61,79 @@ TEST_CASE("durations") {
   CHECK_THROWS(parse_duration("5x"));
   CHECK_THROWS(parse_duration("-5s"));
   CHECK_THROWS(parse_duration("99999999999999999999h"));
+}
+
+TEST_CASE("a cost budget tightens like the others and is capped by the parent's scope") {
+  Budgets base;
+  CHECK_FALSE(base.max_cost_usd);
+  BudgetOverrides o;
+  o.max_cost_usd = 2.5;
+  Budgets b = tighten(base, o, "the preset explore");
+  REQUIRE(b.max_cost_usd);
+  CHECK(*b.max_cost_usd == 2.5);
+  BudgetOverrides more;
+  more.max_cost_usd = 3.0;
+  CHECK_THROWS_WITH_AS(tighten(b, more, "the preset explore", "limits."),
+                       doctest::Contains("limits.max_cost_usd $3.0000 exceeds the preset explore's max_cost_usd $2.5000"),
+                       WideningError);
+  BudgetOverrides zero;
+  zero.max_cost_usd = 0;
+  CHECK_THROWS_WITH(tighten(base, zero, "x"), doctest::Contains("--max-cost-usd must be a positive number"));
+
+  BudgetOverrides scope;
+  scope.max_cost_usd = 1.0;
+  Budgets c = base;
+  cap_cost_by_scope(c, scope, {});
+  REQUIRE(c.max_cost_usd);
+  CHECK(*c.max_cost_usd == 1.0);  // the scope's, when the spawn sets none
+  CHECK_THROWS_WITH_AS(cap_cost_by_scope(c, scope, more), doctest::Contains("exceeds the parent's scope max_cost_usd"),
+                       WideningError);
+  BudgetOverrides less;
+  less.max_cost_usd = 0.25;
+  cap_cost_by_scope(c, scope, less);
+  CHECK(*tighten(c, less, "x").max_cost_usd == 0.25);
+}
+
+TEST_CASE("the input estimate: previous input plus the bytes added since, learning a denser ratio") {
+  InputEstimator e;
+  CHECK(e.estimate(3000, 2) == 1000 + 16);  // 3 bytes a token, 8 per message
+  e.observe(3000, 2, 750);                 // the server counted 4 bytes a token: the ratio stays 3
+  CHECK(e.bytes_per_token() == 3.0);
+  CHECK(e.estimate(6000, 4) == 750 + 1000 + 16);
+  e.observe(6000, 4, 3000);                // 2 bytes a token: the ratio follows
+  CHECK(e.bytes_per_token() == 2.0);
+  CHECK(e.estimate(8000, 6) == 3000 + 1000 + 16);
+  // Shrunk (trimmed): the previous input in proportion.
+  CHECK(e.estimate(3000, 4) == 1500);
+}
+
+TEST_CASE("cost of a call: each kind of input token at its own price") {
+  protocol::Usage u;
+  u.input_tokens = 10'000;
+  u.cache_read_input_tokens = 6'000;
+  u.cache_write_input_tokens = 3'000;
+  u.output_tokens = 500;
+  Price p{3.0, 0.30, 3.75, 15.0};
+  CHECK(cost_of(u, p) == doctest::Approx((1000 * 3.0 + 6000 * 0.30 + 3000 * 3.75 + 500 * 15.0) / 1e6));
+  CHECK(worst_input_price(p) == 3.75);
+}
+
+TEST_CASE("max_cost_usd from serve and mcp: parsed, capped by the parent's scope, refused above it") {
+  auto limits = parse_limits(nlohmann::json{{"max_cost_usd", 0.5}}, "limits");
+  REQUIRE(limits.max_cost_usd);
+  CHECK(*limits.max_cost_usd == 0.5);
+  CHECK_THROWS_WITH(parse_limits(nlohmann::json{{"max_cost_usd", "1"}}, "limits"),
+                    doctest::Contains("limits.max_cost_usd: must be a positive number"));
+  CHECK_THROWS_WITH(parse_limits(nlohmann::json{{"max_cost_usd", -1}}, "limits"),
+                    doctest::Contains("limits.max_cost_usd: must be a positive number"));
+  Scope scope = parse_scope(nlohmann::json{{"budgets", {{"max_cost_usd", 1.0}}}});
+  Preset p;
+  p.name = "explore";
+  Budgets b = effective_budgets(p, scope, {});
+  REQUIRE(b.max_cost_usd);
+  CHECK(*b.max_cost_usd == 1.0);  // the parent's cap reaches a child that sets none
+  CHECK(*effective_budgets(p, scope, limits).max_cost_usd == 0.5);
+  auto more = parse_limits(nlohmann::json{{"max_cost_usd", 2.0}}, "limits");
+  CHECK_THROWS_WITH(effective_budgets(p, scope, more), doctest::Contains("limits.max_cost_usd $2.0000 exceeds the parent's scope"));
+  CHECK_FALSE(effective_budgets(p, Scope{}, {}).max_cost_usd);  // no cost budget unless one is set
 }

@@ -32,3 +32,70 @@ TEST_CASE("the system prompt names the tools and the answer shape") {
   CHECK(p.find("grep, read_file") != std::string::npos);
   CHECK(p.find("## Evidence") != std::string::npos);
 }
+
+namespace {
+nlohmann::json history(std::size_t turns, std::size_t result_bytes = 3000) {
+  nlohmann::json m = nlohmann::json::array({{{"role", "system"}, {"content", "sys"}}, {{"role", "user"}, {"content", "task"}}});
+  for (std::size_t k = 0; k < turns; ++k) {
+    const std::string id = "c" + std::to_string(k);
+    m.push_back({{"role", "assistant"}, {"content", ""},
+                 {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f" + std::to_string(k)}}}}}}});
+    m.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(result_bytes, 'x')}});
+  }
+  return m;
+}
+std::size_t stubs(const nlohmann::json& m) {
+  std::size_t n = 0;
+  for (const auto& x : m)
+    if (x["role"] == "tool" && x["content"].get<std::string>().rfind("[trimmed", 0) == 0) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("trimming: old tool results become stubs in blocks; the newest turns stay whole") {
+  Trimmer t(TrimOptions{true, 24'000, 2, 4, 300});
+  auto m = history(5);  // 15 KB: under the threshold
+  CHECK(t.trim(m) == 0);
+  m = history(10);  // 30 KB: every turn but the newest 2 trimmed
+  CHECK(t.trim(m) == 8);
+  CHECK(t.boundary() == 8);
+  CHECK(stubs(m) == 8);
+  CHECK(m[3]["content"] == trim_stub("read_file", {{"path", "f0"}}, 3000));
+  CHECK(m[3]["content"].get<std::string>().find("read_file {\"path\":\"f0\"} returned 3000 bytes") != std::string::npos);
+  CHECK(m[19]["content"].get<std::string>().size() == 3000);  // turn 8: kept
+  CHECK(m[21]["content"].get<std::string>().size() == 3000);  // turn 9: kept
+  // The prefix stays byte-for-byte the same until the history passes the threshold again; then the
+  // boundary moves by whole blocks.
+  const std::string before = m.dump();
+  for (std::size_t k = 10; k < 13; ++k) {
+    auto more = history(k + 1);
+    for (std::size_t i = 0; i < m.size(); ++i) more[i] = m[i];
+    m = more;
+    CHECK(t.trim(m) == 0);
+    CHECK(m.dump().rfind(before.substr(0, before.size() - 1), 0) == 0);
+  }
+  auto more = history(16);
+  for (std::size_t i = 0; i < m.size(); ++i) more[i] = m[i];
+  m = more;
+  CHECK(t.trim(m) == 6);  // 16 turns and past the threshold again: the boundary moves to 14
+  CHECK(t.boundary() == 14);
+  CHECK(stubs(m) == 14);
+}
+
+TEST_CASE("trimming: off by a flag; small results kept; bad flags named") {
+  auto m = history(20);
+  Trimmer off(parse_trim_flags({"--no-trim"}));
+  CHECK(off.trim(m) == 0);
+  auto small = history(200, 100);  // every result under 300 bytes
+  Trimmer t;  // the defaults
+  CHECK(t.options().keep_turns == 1);
+  t.trim(small);
+  CHECK(stubs(small) == 0);
+  auto o = parse_trim_flags({"--trim-threshold-bytes", "1000", "--trim-keep-turns", "5", "--trim-block", "2"});
+  CHECK(o.threshold_bytes == 1000);
+  CHECK(o.keep_turns == 5);
+  CHECK(o.block == 2);
+  CHECK_THROWS_WITH(parse_trim_flags({"--trim-block", "0"}), doctest::Contains("--trim-block"));
+  CHECK_THROWS_WITH(parse_trim_flags({"--trim-keep-turns", "x"}), doctest::Contains("whole number"));
+  CHECK_THROWS_WITH(parse_trim_flags({"--frobnicate"}), doctest::Contains("unknown option '--frobnicate'"));
+}

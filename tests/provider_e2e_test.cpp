@@ -6,6 +6,8 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -22,9 +24,11 @@ using test::FakeServer;
 using test::run_until;
 
 
-// Runs `subagent-supervisor run` with the model config pointing at the fake server.
+// Runs `subagent-supervisor run` with the model config pointing at the fake server. `provider` and
+// `top` are merged into the provider's entry and into the config itself.
 test::RunResult run_with(const FakeServer& srv, const std::string& type, const std::string& scenario,
-                         const std::string& token, std::vector<std::string> extra = {}) {
+                         const std::string& token, std::vector<std::string> extra = {},
+                         const json& provider = json::object(), const json& top = json::object()) {
   test::TempDir dir;
   json cfg = {{"providers",
                {{"fake",
@@ -33,6 +37,8 @@ test::RunResult run_with(const FakeServer& srv, const std::string& type, const s
                   {"model", "fake-model"},
                   {"api_key_env", "SUBAGENT_E2E_KEY"},
                   {"stall_timeout_seconds", 5}}}}}};
+  cfg["providers"]["fake"].update(provider);
+  cfg.update(top);
   std::string path = dir.write("models.json", cfg.dump());
   ::setenv("SUBAGENT_MODEL_CONFIG", path.c_str(), 1);
   ::setenv("SUBAGENT_E2E_KEY", "sk-e2e-SECRET-789", 1);
@@ -71,16 +77,18 @@ TEST_CASE("a token budget holds inside one streaming call") {
   FakeServer srv;
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
-    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", "600"});
+    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", "2000"});
     json env = json::parse(r.out, nullptr, false);
     REQUIRE_MESSAGE(!env.is_discarded(), r.out << r.err);
     // The server streams 1000 one-token deltas whatever max_tokens says; the supervisor cuts the call
-    // at the 600 the budget leaves, so output never passes it.
+    // at what the budget leaves once the input is reserved, so the total never passes it.
     const auto out = env["usage"]["output_tokens"].get<std::uint64_t>();
-    CHECK(out <= 600);
-    CHECK(out >= 500);
-    // The child may take the cut turn as its answer (completed) or ask again and be told the budget is spent.
-    CHECK((env["status"] == "completed" || (env["status"] == "budget_exhausted" && env["budget"] == "tokens")));
+    CHECK(out >= 400);  // the first call's estimated input (system prompt, brief, tool specs) is reserved
+    CHECK(env["usage"]["input_tokens"].get<std::uint64_t>() + out <= 2000);
+    // A cut turn is never an answer: the envelope says so and marks the fragment.
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "tokens");
+    CHECK(env["answer_partial"] == true);
   }
 }
 
@@ -95,4 +103,172 @@ TEST_CASE("a model spec whose key variable is unset is refused before anything s
   ::unsetenv("SUBAGENT_MODEL_CONFIG");
   CHECK(r.code != 0);
   CHECK(r.err.find("SUBAGENT_E2E_UNSET_KEY") != std::string::npos);
+}
+
+namespace {
+json envelope_of(const test::RunResult& r) {
+  json env = json::parse(r.out, nullptr, false);
+  REQUIRE_MESSAGE(env.is_object(), "stdout: " << r.out << "\nstderr: " << r.err);
+  return env;
+}
+std::uint64_t u(const json& env, const char* field) { return env["usage"][field].get<std::uint64_t>(); }
+json transcript_of(const json& env) {
+  REQUIRE(env["transcript"].is_string());
+  std::ifstream in(env["transcript"].get<std::string>());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str());
+}
+std::vector<json> events(const json& transcript, const std::string& name) {
+  std::vector<json> out;
+  for (const auto& e : transcript["events"])
+    if (e["event"] == name) out.push_back(e);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("reservation: with the input growing every step, usage never passes the token budget") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    // Twin: with room, a shorter run of the same session reaches its answer and needs far more than 60,000.
+    auto big = envelope_of(run_with(srv, type, "loop:20:4:0", "res-big-" + type, {"--child-arg", "--no-trim"}));
+    CHECK(big["status"] == "completed");
+    CHECK(u(big, "input_tokens") + u(big, "output_tokens") > 120'000);
+
+    // The server counts 4 bytes a token, less dense than the estimate's 3: the estimate errs high
+    // and the budget holds exactly.
+    auto env = envelope_of(run_with(srv, type, "loop:40:4:0", "res-" + type,
+                                    {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "tokens");
+    CHECK(env["answer_partial"] == false);
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
+    CHECK(env["steps"].get<int>() >= 5);
+
+    // A denser server (2 bytes a token): the first estimate falls short, then the child's own ratio
+    // takes over. The overshoot stays within the documented bound: 2/3 of the bytes added since the
+    // previous call (here at most one tool result of 16,000 bytes plus its call).
+    env = envelope_of(run_with(srv, type, "loop:40:2:0", "dense-" + type,
+                               {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000 + 2 * 17000 / 3);
+  }
+}
+
+TEST_CASE("cut turns: finish_reason length is never completed; the wrap-up turn answers when budget remains") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    auto env = envelope_of(run_with(srv, type, "length", "cut-" + type));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "tokens");
+    CHECK(env["answer"].get<std::string>().find("Wrapped up after the cut.") != std::string::npos);
+    CHECK(env["answer_partial"] == false);
+    CHECK(env["tools_used"].empty());  // the cut grep call was dropped, never run
+    CHECK(env["steps"] == 2);
+
+    // Every turn cut: the fragment comes back marked partial, never as a completed answer.
+    env = envelope_of(run_with(srv, type, "length-always", "cut-all-" + type));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["answer_partial"] == true);
+    CHECK(env["answer"].get<std::string>().find("Searching.") != std::string::npos);
+  }
+}
+
+TEST_CASE("thinking: counted from usage; each call gets what is left; the wrap-up turn included") {
+  FakeServer srv;
+  // Anthropic: 600 thinking tokens per call served, 10 bytes of it visible.
+  auto env = envelope_of(run_with(srv, "anthropic", "loop:8:4:600", "think-a", {"--max-thinking-tokens", "3000"}));
+  CHECK(env["status"] == "completed");
+  CHECK(u(env, "reasoning_tokens") == 2400);  // 600, 600, 600, 600, then 600 left: under 1024, none
+  auto t = transcript_of(env);
+  auto responses = events(t, "model_response");
+  REQUIRE(responses.size() == 9);
+  CHECK(responses[0]["request"]["thinking_budget_tokens"] == 3000);
+  CHECK(responses[1]["request"]["thinking_budget_tokens"] == 2400);
+  CHECK(responses[3]["request"]["thinking_budget_tokens"] == 1200);
+  CHECK(responses[4]["request"]["thinking_budget_tokens"] == 0);
+  CHECK(responses[4]["request"]["thinking_off"].get<std::string>().find("1024") != std::string::npos);
+
+  // OpenAI: reasoning_effort from what is left; the thinking budget holds within its bound.
+  env = envelope_of(run_with(srv, "openai", "loop:12:4:2000", "think-o", {"--max-thinking-tokens", "6000"},
+                             {{"reasoning_effort", "high"}, {"max_tokens_field", "max_completion_tokens"}}));
+  CHECK(env["status"] == "budget_exhausted");
+  CHECK(env["budget"] == "thinking_tokens");
+  CHECK(u(env, "reasoning_tokens") <= 6000 + 2 * 4096);
+  t = transcript_of(env);
+  responses = events(t, "model_response");
+  REQUIRE(responses.size() >= 3);
+  CHECK(responses[0]["request"]["reasoning_effort"] == "medium");  // 6000 left
+  CHECK(responses[1]["request"]["reasoning_effort"] == "low");     // 4000 left
+  auto requests = events(t, "model_request");
+  CHECK(requests.back()["wrap_up_turn"] == true);
+  CHECK(requests.back()["thinking_tokens_left"].get<std::uint64_t>() <= 6000);
+}
+
+TEST_CASE("prompt caching: cache reads and writes reach the envelope and the transcript") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    auto env = envelope_of(run_with(srv, type, "loop:10:4:0", "cache-" + type));
+    CHECK(env["status"] == "completed");
+    CHECK(u(env, "cache_read_input_tokens") > 0);
+    CHECK(u(env, "cache_read_input_tokens") < u(env, "input_tokens"));
+    if (type == "anthropic") CHECK(u(env, "cache_write_input_tokens") > 0);
+    else CHECK(u(env, "cache_write_input_tokens") == 0);
+    auto t = transcript_of(env);
+    std::uint64_t read = 0;
+    for (const auto& e : events(t, "model_response")) read += e["usage"]["cache_read_input_tokens"].get<std::uint64_t>();
+    CHECK(read == u(env, "cache_read_input_tokens"));
+  }
+}
+
+TEST_CASE("cost: estimated from the price table; max_cost_usd holds with the same reservation") {
+  FakeServer srv;
+  const json prices = {{"prices", {{"fake-model", {{"input", 3.0}, {"cached_input", 0.3}, {"cache_write", 3.75}, {"output", 15.0}}}}}};
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    auto env = envelope_of(run_with(srv, type, "loop:10:4:0", "cost-" + type, {}, json::object(), prices));
+    CHECK(env["status"] == "completed");
+    REQUIRE(env["cost_usd"].is_number());
+    const double in = static_cast<double>(u(env, "input_tokens") - u(env, "cache_read_input_tokens") - u(env, "cache_write_input_tokens"));
+    const double want = (in * 3.0 + static_cast<double>(u(env, "cache_read_input_tokens")) * 0.3 +
+                         static_cast<double>(u(env, "cache_write_input_tokens")) * 3.75 +
+                         static_cast<double>(u(env, "output_tokens")) * 15.0) / 1e6;
+    CHECK(env["cost_usd"].get<double>() == doctest::Approx(want).epsilon(1e-9));
+    CHECK(env["cost_usd"].get<double>() > 0.01);
+
+    // The same session under a cost budget a third of its cost: refused before the call that could pass it.
+    const double cap = env["cost_usd"].get<double>() / 3;
+    auto capped = envelope_of(run_with(srv, type, "loop:10:4:0", "costcap-" + type,
+                                       {"--max-cost-usd", std::to_string(cap)}, json::object(), prices));
+    CHECK(capped["status"] == "budget_exhausted");
+    CHECK(capped["budget"] == "cost");
+    CHECK(capped["cost_usd"].get<double>() <= cap);
+    CHECK(capped["reason"].get<std::string>().find("cost budget exhausted") != std::string::npos);
+
+    // No price for the model: a cost budget cannot be counted, so the run is refused, saying why.
+    auto r = run_with(srv, type, "loop:10:4:0", "costnoprice-" + type, {"--max-cost-usd", "1"});
+    auto none = envelope_of(r);
+    CHECK(none["status"] == "failed");
+    CHECK(none["reason"].get<std::string>().find("has no price") != std::string::npos);
+    CHECK(none["cost_usd"].is_null());
+  }
+}
+
+TEST_CASE("context trimming: fewer input tokens over a long session, the same answer") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    auto full = envelope_of(run_with(srv, type, "loop:30:4:0", "trim-off-" + type, {"--child-arg", "--no-trim"}));
+    auto trimmed = envelope_of(run_with(srv, type, "loop:30:4:0", "trim-on-" + type));
+    CHECK(full["status"] == "completed");
+    CHECK(trimmed["status"] == "completed");
+    CHECK(trimmed["answer"] == full["answer"]);
+    CHECK(trimmed["steps"] == full["steps"]);
+    CHECK(u(trimmed, "input_tokens") * 2 < u(full, "input_tokens"));
+    // Trimming keeps the cached prefix most of the time: most input is still read from the cache.
+    CHECK(u(trimmed, "cache_read_input_tokens") * 2 > u(trimmed, "input_tokens"));
+  }
 }

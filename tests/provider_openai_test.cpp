@@ -302,3 +302,127 @@ TEST_CASE("openai: destroying the provider mid-stream is safe") {
   CHECK_FALSE(called);
   CHECK(supervisor::http::Client::of(io).active() == 0);
 }
+
+namespace {
+json loop_history(std::size_t turns) {
+  json m = json::array({{{"role", "system"}, {"content", "You are careful. " + std::string(6000, 's')}},
+                        {{"role", "user"}, {"content", "explore"}}});
+  for (std::size_t k = 0; k < turns; ++k) {
+    const std::string id = "call_" + std::to_string(k);
+    m.push_back({{"role", "assistant"}, {"content", "Reading the next file."},
+                 {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f"}}}}}}});
+    m.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(3000, 'a' + k % 26)}});
+  }
+  return m;
+}
+const json kReadFile = json::array({{{"name", "read_file"}, {"description", "read"}, {"input_schema", {{"type", "object"}}}}});
+}  // namespace
+
+TEST_CASE("openai: one prompt_cache_key per child; cached tokens read from prompt_tokens_details") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  std::vector<supervisor::ModelReply> replies;
+  for (std::size_t turns = 0; turns < 3; ++turns) {
+    supervisor::ModelCall mc;
+    mc.child_id = "0123456789ab";
+    mc.messages = loop_history(turns);
+    mc.tools = kReadFile;
+    mc.max_tokens = 2000;
+    replies.push_back(call(io, config(srv.scenario("loop:10:4:0", "key")), mc));
+    REQUIRE_MESSAGE(replies.back().ok, replies.back().error_message);
+  }
+  json seen = inspect(io, srv, "key");
+  REQUIRE(seen.size() == 3);
+  for (const auto& r : seen) CHECK(r["body"]["prompt_cache_key"] == "subagent-0123456789ab");
+  CHECK(replies[0].usage.cache_read_input_tokens == 0);
+  CHECK(replies[1].usage.cache_read_input_tokens >= 1024);
+  CHECK(replies[2].usage.cache_read_input_tokens > replies[1].usage.cache_read_input_tokens);
+  CHECK(replies[2].usage.cache_read_input_tokens <= replies[2].usage.input_tokens);
+  CHECK(replies[2].usage.cache_write_input_tokens == 0);  // OpenAI reports no writes
+
+  auto cfg = config(srv.scenario("loop:10:4:0", "nokey"));
+  cfg.prompt_caching = false;
+  supervisor::ModelCall mc;
+  mc.child_id = "0123456789ab";
+  REQUIRE(call(io, cfg, mc).ok);
+  CHECK_FALSE(inspect(io, srv, "nokey")[0]["body"].contains("prompt_cache_key"));
+}
+
+TEST_CASE("openai: reasoning_effort follows the thinking budget left, and the output cap bounds one call") {
+  CHECK(supervisor::reasoning_effort_for(20000, "high") == "high");
+  CHECK(supervisor::reasoning_effort_for(20000, "medium") == "medium");
+  CHECK(supervisor::reasoning_effort_for(5000, "high") == "medium");
+  CHECK(supervisor::reasoning_effort_for(1000, "high") == "low");
+  CHECK(supervisor::reasoning_effort_for(0, "high") == "low");
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto cfg = config(srv.scenario("loop:10:4:2000", "effort"));
+  cfg.reasoning_effort = "high";
+  cfg.max_tokens_field = "max_completion_tokens";
+  cfg.max_output_tokens = 16000;
+  for (std::uint64_t left : {20000u, 5000u, 100u}) {
+    supervisor::ModelCall mc;
+    mc.messages = loop_history(0);
+    mc.tools = kReadFile;
+    mc.max_tokens = 16000;
+    mc.max_thinking_tokens = left;
+    auto r = call(io, cfg, mc);
+    REQUIRE_MESSAGE(r.ok, r.error_message);
+    CHECK(r.usage.reasoning_tokens > 0);
+    CHECK(r.usage.reasoning_tokens <= left + 4096);
+  }
+  json seen = inspect(io, srv, "effort");
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0]["body"]["reasoning_effort"] == "high");
+  CHECK(seen[0]["body"]["max_completion_tokens"] == 16000);
+  CHECK(seen[1]["body"]["reasoning_effort"] == "medium");
+  CHECK(seen[1]["body"]["max_completion_tokens"] == 5000 + 4096);
+  CHECK(seen[2]["body"]["reasoning_effort"] == "low");
+  CHECK(seen[2]["body"]["max_completion_tokens"] == 100 + 4096);
+  // Without reasoning_effort in the config nothing is sent (models without reasoning reject it).
+  supervisor::ModelCall mc;
+  mc.max_thinking_tokens = 5000;
+  REQUIRE(call(io, config(srv.scenario("text", "noeffort")), mc).ok);
+  CHECK_FALSE(inspect(io, srv, "noeffort")[0]["body"].contains("reasoning_effort"));
+}
+
+TEST_CASE("openai: a turn ended by the server's length cap is length, its cut tool call dropped") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  supervisor::ModelCall mc;
+  mc.tools = kReadFile;
+  auto r = call(io, config(srv.scenario("length-always", "len")), mc);
+  REQUIRE_MESSAGE(r.ok, r.error_message);
+  CHECK(r.finish_reason == "length");
+  CHECK(r.content == "Searching.");
+  CHECK(r.tool_calls.empty());
+}
+
+TEST_CASE("openai: the stall timeout is the supervisor's own timer, within 0.5 s of the setting") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  for (auto setting : {1s, 2s}) {
+    auto cfg = config(srv.scenario("stall", "stall" + std::to_string(setting.count())));
+    cfg.stall_timeout = setting;
+    cfg.max_retries = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = call(io, cfg);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK_FALSE(r.ok);
+    CHECK(r.error_message.find("stalled") != std::string::npos);
+    // The fake sends its first event at once, then nothing.
+    CHECK(took >= setting);
+    CHECK(took < setting + 500ms);
+  }
+}
+
+TEST_CASE("openai: every stream error names the provider and its host") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  for (std::string scenario : {"malformed", "truncated", "no-done", "stall", "bad-args", "big"}) {
+    CAPTURE(scenario);
+    auto r = call(io, config(srv.scenario(scenario, "where-" + scenario)));
+    CHECK_FALSE(r.ok);
+    CHECK(r.error_message.rfind("fake (http://127.0.0.1:", 0) == 0);
+  }
+}

@@ -169,17 +169,65 @@ TEST_CASE("tool-call budget") {
   CHECK(o.env.exit.code == 0);
 }
 
-TEST_CASE("token budget: no turn is given once it is spent") {
+TEST_CASE("token budget: calls stop before the budget could be passed, reserving each call's input") {
   Spec s;
   s.replay = kForeverListDir;  // 110 tokens a turn
-  s.limits.max_tokens = 300;
+  s.limits.max_tokens = 2000;
   auto o = run(s);
   CHECK(o.env.status == Status::budget_exhausted);
   CHECK(o.env.budget == "tokens");
-  CHECK(o.env.usage.total() == 330);  // three turns; the fourth request was refused
-  CHECK(o.env.steps == 3);
+  CHECK(o.env.usage.total() <= 2000);
+  CHECK(o.env.steps >= 8);  // twin of the next case: the same script gets turns while they fit
   CHECK(o.env.exit.code == 0);
   CHECK_FALSE(o.env.answer.text.empty());
+  CHECK(o.env.reason.find("the next call needs about") != std::string::npos);
+  // Every call that started had room for its estimated input: max_tokens = budget left - estimate.
+  for (const auto& e : o.events)
+    if (e["event"] == "model_request") CHECK(e["max_tokens"].get<std::uint64_t>() >= kMinOutputTokens);
+}
+
+TEST_CASE("token budget: a call whose input alone cannot fit is never started") {
+  Spec s;
+  s.replay = kForeverListDir;
+  s.limits.max_tokens = 300;  // less than the system prompt and the brief
+  auto o = run(s);
+  CHECK(o.env.status == Status::budget_exhausted);
+  CHECK(o.env.budget == "tokens");
+  CHECK(o.env.usage.total() == 0);
+  CHECK(o.env.steps == 0);
+  CHECK(o.count("model_response") == 0);
+}
+
+TEST_CASE("cut turn: finish_reason length is budget_exhausted; the wrap-up turn answers") {
+  Spec s;
+  s.replay = R"({"content":"Searching.","tool_calls":[{"name":"grep","arguments":{"pattern":"x"}}],"finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50}})"
+             "\n"
+             R"({"content":"## Summary\nDone after the cut.","usage":{"input_tokens":120,"output_tokens":20}})"
+             "\n";
+  auto o = run(s);
+  CHECK(o.env.status == Status::budget_exhausted);
+  CHECK(o.env.budget == "tokens");
+  CHECK(o.env.answer.text.find("Done after the cut.") != std::string::npos);
+  CHECK_FALSE(o.env.answer_partial);
+  CHECK(o.env.tool_calls == 0);  // the cut turn's tool call was dropped
+  CHECK(o.env.steps == 2);
+  CHECK(o.count("budget") == 1);
+}
+
+TEST_CASE("cut turn: every turn cut gives the fragment, marked partial, never completed") {
+  Spec s;
+  s.replay = R"({"content":"Searching.","finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
+             "\n";
+  auto o = run(s);
+  CHECK(o.env.status == Status::budget_exhausted);
+  CHECK(o.env.answer_partial);
+  CHECK(o.env.answer.text.find("Searching.") != std::string::npos);
+  // Twin: the same script without the cut is a completed answer.
+  s.replay = R"({"content":"Searching.","finish_reason":"stop","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
+             "\n";
+  o = run(s);
+  CHECK(o.env.status == Status::completed);
+  CHECK_FALSE(o.env.answer_partial);
 }
 
 TEST_CASE("wall-clock timeout: wrap_up, then the final turn") {

@@ -1,7 +1,10 @@
 #include "supervisor/budgets.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 
 namespace supervisor {
 
@@ -35,7 +38,62 @@ Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string
   apply(b.summary_bytes, o.summary_bytes, "summary_bytes", "--summary-bytes", who, prefix);
   apply(b.answer_bytes, o.answer_bytes, "answer_bytes", "--answer-bytes", who, prefix);
   apply(b.wrap_up_grace_ms, o.wrap_up_grace_ms, "wrap_up_grace_ms", "--wrap-up-grace", who, prefix);
+  if (o.max_cost_usd) {
+    if (!(*o.max_cost_usd > 0))
+      throw std::invalid_argument(label("--max-cost-usd", "max_cost_usd", prefix) + " must be a positive number of US dollars");
+    if (b.max_cost_usd && *o.max_cost_usd > *b.max_cost_usd)
+      throw WideningError(label("--max-cost-usd", "max_cost_usd", prefix) + " " + format_usd(*o.max_cost_usd) +
+                          " exceeds " + who + "'s max_cost_usd " + format_usd(*b.max_cost_usd) + " (limits may only tighten)");
+    b.max_cost_usd = o.max_cost_usd;
+  }
   return b;
+}
+
+void cap_cost_by_scope(Budgets& b, const BudgetOverrides& scope, const BudgetOverrides& limits) {
+  if (!scope.max_cost_usd) return;
+  if (limits.max_cost_usd && *limits.max_cost_usd > *scope.max_cost_usd)
+    throw WideningError("limits.max_cost_usd " + format_usd(*limits.max_cost_usd) + " exceeds the parent's scope max_cost_usd " +
+                        format_usd(*scope.max_cost_usd) + " (a child never gets more than its parent)");
+  if (!b.max_cost_usd || *scope.max_cost_usd < *b.max_cost_usd) b.max_cost_usd = scope.max_cost_usd;
+}
+
+std::uint64_t InputEstimator::estimate(std::size_t bytes, std::size_t messages) const {
+  auto tokens = [this](std::size_t b) { return static_cast<std::uint64_t>(std::ceil(static_cast<double>(b) / bytes_per_token_)); };
+  if (!have_) return tokens(bytes) + kTokensPerMessage * messages;
+  const std::uint64_t added_messages = messages > messages_ ? messages - messages_ : 0;
+  if (bytes >= bytes_) return input_ + tokens(bytes - bytes_) + kTokensPerMessage * added_messages;
+  // Shrunk: the previous input in proportion, never under what the bytes alone suggest.
+  const auto scaled = static_cast<std::uint64_t>(
+      std::ceil(static_cast<double>(input_) * static_cast<double>(bytes) / static_cast<double>(std::max<std::size_t>(1, bytes_))));
+  return std::max(scaled, tokens(bytes)) + kTokensPerMessage * added_messages;
+}
+
+void InputEstimator::observe(std::size_t bytes, std::size_t messages, std::uint64_t input_tokens) {
+  have_ = true;
+  bytes_ = bytes;
+  messages_ = messages;
+  input_ = input_tokens;
+  // A child whose text comes out denser than 3 bytes a token (much punctuation, non-Latin text) gets
+  // its own ratio, so the next estimate does not fall short by the same factor again.
+  if (input_tokens > 0 && bytes > 0)
+    bytes_per_token_ = std::min(bytes_per_token_, std::max(1.0, static_cast<double>(bytes) / static_cast<double>(input_tokens)));
+}
+
+double cost_of(const protocol::Usage& u, const Price& p) {
+  const std::uint64_t cached = std::min(u.cache_read_input_tokens, u.input_tokens);
+  const std::uint64_t written = std::min(u.cache_write_input_tokens, u.input_tokens - cached);
+  const std::uint64_t plain = u.input_tokens - cached - written;
+  return (static_cast<double>(plain) * p.input + static_cast<double>(cached) * p.cached_input +
+          static_cast<double>(written) * p.cache_write + static_cast<double>(u.output_tokens) * p.output) /
+         1e6;
+}
+
+double worst_input_price(const Price& p) { return std::max({p.input, p.cached_input, p.cache_write}); }
+
+std::string format_usd(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, v < 0.01 ? "$%.6f" : "$%.4f", v);
+  return buf;
 }
 
 std::chrono::milliseconds parse_duration(std::string_view text) {

@@ -8,6 +8,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <deque>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -47,6 +48,7 @@ Options:
   --max-tool-calls N       tool calls (default: the preset's, 200)
   --max-tokens N           input + output tokens (default: the preset's, 1,000,000)
   --max-thinking-tokens N  reasoning tokens (default: the preset's)
+  --max-cost-usd X         estimated spend in US dollars at the model config's prices (default: none)
   --timeout DURATION       wall clock, e.g. 90s, 5m, 1h (default: the preset's, 30m)
   --wrap-up-grace DURATION time the child gets to report after wrap_up (default: the preset's, 10s)
   --summary-bytes N        cap on the envelope's summary (default: the preset's, 2000)
@@ -97,6 +99,14 @@ std::uint64_t ms_of(const std::string& flag, const std::string& text) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(flag + ": " + e.what());
   }
+}
+
+double usd_of(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(v > 0) || v > 1e9)
+    throw UsageError(flag + " takes a positive number of US dollars (e.g. 0.50), not '" + text + "'");
+  return v;
 }
 
 // `run` on a terminal asks on the terminal: one question at a time, answered by a line on /dev/tty.
@@ -169,6 +179,7 @@ int cmd_run(Args args) {
       else if (f == "--max-tool-calls") o.max_tool_calls = args.number(f);
       else if (f == "--max-tokens") o.max_tokens = args.number(f);
       else if (f == "--max-thinking-tokens") o.max_thinking_tokens = args.number(f);
+      else if (f == "--max-cost-usd") o.max_cost_usd = usd_of(f, args.value(f));
       else if (f == "--timeout") o.timeout_ms = ms_of(f, args.value(f));
       else if (f == "--wrap-up-grace") o.wrap_up_grace_ms = ms_of(f, args.value(f));
       else if (f == "--summary-bytes") o.summary_bytes = args.number(f);

@@ -53,13 +53,18 @@ BudgetOverrides parse_limits(const json& j, const std::string& where) {
   if (!j.is_object()) throw BadRequest(where + ": must be an object");
   const std::string w = where + ".";
   only_keys(j, w, {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout", "summary_bytes",
-                   "answer_bytes"});
+                   "answer_bytes", "max_cost_usd"});
   o.max_steps = count(j, "max_steps", w);
   o.max_tool_calls = count(j, "max_tool_calls", w);
   o.max_tokens = count(j, "max_tokens", w);
   o.max_thinking_tokens = count(j, "max_thinking_tokens", w);
   o.summary_bytes = count(j, "summary_bytes", w);
   o.answer_bytes = count(j, "answer_bytes", w);
+  if (auto it = j.find("max_cost_usd"); it != j.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e9)
+      throw BadRequest(w + "max_cost_usd: must be a positive number of US dollars");
+    o.max_cost_usd = it->get<double>();
+  }
   if (auto it = j.find("timeout"); it != j.end() && !it->is_null()) {
     if (it->is_number_unsigned()) {
       // Refused rather than wrapped: 2^64/1000 + 1 seconds would come out as a few hundred milliseconds.

@@ -113,6 +113,8 @@ struct Client::Impl {
     bool aborted = false;
     std::string refused;  // last refusal by check_address
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point last_byte = started;
+    std::unique_ptr<asio::steady_timer> stall;  // watches last_byte
     Impl* impl = nullptr;
   };
 
@@ -153,6 +155,7 @@ struct Client::Impl {
   }
 
   void destroy(Transfer& t) {
+    if (t.stall) t.stall->cancel();
     curl_multi_remove_handle(multi, t.easy);
     curl_easy_cleanup(t.easy);
     curl_slist_free_all(t.headers);
@@ -229,6 +232,7 @@ struct Client::Impl {
 
   static size_t on_header(char* p, size_t size, size_t n, void* ud) {
     auto* t = static_cast<Transfer*>(ud);
+    t->last_byte = std::chrono::steady_clock::now();
     std::string_view line(p, size * n);
     if (line.substr(0, 5) == "HTTP/") {
       t->resp.headers.clear();  // a new response (after 100 Continue or a proxy CONNECT)
@@ -250,6 +254,7 @@ struct Client::Impl {
     auto* t = static_cast<Transfer*>(ud);
     const size_t len = size * n;
     if (t->cancelled) return 0;
+    t->last_byte = std::chrono::steady_clock::now();
     t->resp.body_bytes += len;
     if (t->resp.body_bytes > t->req.max_body_bytes) {
       t->too_large = true;
@@ -277,6 +282,40 @@ struct Client::Impl {
 
   static int on_progress(void* ud, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
     return static_cast<Transfer*>(ud)->cancelled ? 1 : 0;
+  }
+
+  // ---- the stall timer ---------------------------------------------------------------------------
+
+  // Wakes at last_byte + stall_timeout; a byte that arrived meanwhile moves the wake-up on. When the
+  // time really passed, the transfer ends as stalled right here (outside any curl callback).
+  void arm_stall(Transfer& t) {
+    t.stall->expires_at(t.last_byte + t.req.stall_timeout);
+    t.stall->async_wait([this, tid = t.id](boost::system::error_code ec) {
+      if (ec || !multi) return;
+      auto it = transfers.find(tid);
+      if (it == transfers.end()) return;
+      Transfer& x = *it->second;
+      if (std::chrono::steady_clock::now() < x.last_byte + x.req.stall_timeout) {
+        arm_stall(x);
+        return;
+      }
+      std::unique_ptr<Transfer> owned = std::move(it->second);
+      transfers.erase(it);
+      stalled(*owned);
+    });
+  }
+
+  void stalled(Transfer& t) {
+    Response& r = t.resp;
+    curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &r.status);
+    char* ip = nullptr;
+    if (curl_easy_getinfo(t.easy, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK && ip) r.connected_ip = ip;
+    r.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t.started);
+    r.failure = Failure::stalled;
+    r.error = "the transfer stalled (no data for " + std::to_string(t.req.stall_timeout.count()) + " ms)";
+    destroy(t);
+    if (t.cancelled || !t.done) return;
+    asio::post(io, [done = std::move(t.done), resp = std::move(r)]() mutable { done(std::move(resp)); });
   }
 
   // ---- us -> curl -------------------------------------------------------------------------------
@@ -355,11 +394,11 @@ struct Client::Impl {
       r.failure = Failure::refused;
       r.error = "refused to connect: " + t.refused;
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+      // curl's own timeouts are the connect and the total one; the stall timer is ours.
       const bool total = r.elapsed + std::chrono::milliseconds(200) >= t.req.total_timeout;
-      r.failure = total ? Failure::timeout : Failure::stalled;
+      r.failure = total ? Failure::timeout : Failure::connect;
       r.error = total ? "no complete response within " + std::to_string(t.req.total_timeout.count()) + " ms"
-                      : "the transfer stalled (no data for " + std::to_string(t.req.stall_timeout.count()) +
-                            " s): " + detail;
+                      : "timed out: " + detail;
     } else if (rc == CURLE_PARTIAL_FILE || (r.status != 0 && (rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2_STREAM ||
                                                                rc == CURLE_HTTP2))) {
       r.failure = Failure::truncated;
@@ -407,8 +446,6 @@ Client::Id Client::start(Request req, std::function<void(Response)> done) {
   curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(q.connect_timeout.count()));
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<std::int64_t>(1, q.total_timeout.count())));
-  curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max<std::int64_t>(1, q.stall_timeout.count())));
   curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(q.max_body_bytes));
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // whatever curl can decode; limits apply after decoding
   curl_easy_setopt(e, CURLOPT_USERAGENT, q.user_agent.c_str());
@@ -438,7 +475,9 @@ Client::Id Client::start(Request req, std::function<void(Response)> done) {
 
   const Id tid = t->id;
   Impl::Transfer* raw = t.get();
+  t->stall = std::make_unique<asio::steady_timer>(im.io);
   im.transfers.emplace(tid, std::move(t));
+  im.arm_stall(*raw);
   if (im.in_user_callback) {
     // curl_multi_add_handle must not run inside a curl callback; go round the loop once.
     asio::post(im.io, [&im, tid, raw] {

@@ -94,6 +94,7 @@ Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverr
   cap(b.timeout_ms, s.timeout_ms);
   cap(b.summary_bytes, s.summary_bytes);
   cap(b.answer_bytes, s.answer_bytes);
+  cap_cost_by_scope(b, s, limits);
   return tighten(b, limits, "the preset " + p.name, "limits.");
 }
 

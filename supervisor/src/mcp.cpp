@@ -99,6 +99,10 @@ json limits_schema() {
             {"timeout",
              {{"type", {"integer", "string"}},
               {"description", "wall time: seconds, or a duration such as \"90s\", \"5m\", \"1h\""}}},
+            {"max_cost_usd",
+             {{"type", "number"},
+              {"exclusiveMinimum", 0},
+              {"description", "estimated spend in US dollars at the model config's prices (needs a price for the model)"}}},
             {"summary_bytes", count("cap on the envelope's summary")},
             {"answer_bytes", count("cap on the envelope's answer")}}},
           {"additionalProperties", false}};

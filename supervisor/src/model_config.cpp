@@ -128,6 +128,7 @@ ProviderConfig parse_provider(const std::string& name, const json& o, const std:
   p.stall_timeout = std::chrono::seconds(r.number("stall_timeout_seconds", p.stall_timeout.count()));
   if (p.stall_timeout.count() == 0) throw ModelSpecError(where + "stall_timeout_seconds must be at least 1");
   p.max_response_bytes = r.number("max_response_bytes", p.max_response_bytes);
+  p.prompt_caching = r.boolean("prompt_caching", true);
   p.max_retries = static_cast<unsigned>(std::min<std::uint64_t>(r.number("max_retries", p.max_retries), 20));
   p.retry_base_delay = std::chrono::milliseconds(r.number("retry_base_delay_ms", p.retry_base_delay.count()));
   p.retry_max_delay = std::chrono::milliseconds(r.number("retry_max_delay_ms", p.retry_max_delay.count()));
@@ -139,12 +140,42 @@ ProviderConfig parse_provider(const std::string& name, const json& o, const std:
     if (p.max_tokens_field != "max_tokens" && p.max_tokens_field != "max_completion_tokens")
       throw ModelSpecError(where + "max_tokens_field must be \"max_tokens\" or \"max_completion_tokens\"");
     p.stream_usage = r.boolean("stream_usage", true);
+    p.reasoning_effort = r.str("reasoning_effort", "");
+    if (!p.reasoning_effort.empty() && p.reasoning_effort != "low" && p.reasoning_effort != "medium" &&
+        p.reasoning_effort != "high")
+      throw ModelSpecError(where + "reasoning_effort must be \"low\", \"medium\" or \"high\" (or absent)");
   } else {
     p.thinking = r.boolean("thinking", true);
     p.anthropic_version = r.str("anthropic_version", p.anthropic_version);
   }
   r.no_others();
   return p;
+}
+
+Price parse_price(const std::string& model, const json& o, const std::string& source) {
+  const std::string where = source + ": prices." + model + ".";
+  if (!o.is_object()) throw ModelSpecError(source + ": prices." + model + " must be an object");
+  Price pr;
+  std::set<std::string> seen;
+  auto num = [&](const char* key, bool required, double dflt) {
+    seen.insert(key);
+    auto it = o.find(key);
+    if (it == o.end()) {
+      if (required) throw ModelSpecError(where + key + " is missing (US dollars per million tokens)");
+      return dflt;
+    }
+    if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > 1e6)
+      throw ModelSpecError(where + key + " must be a non-negative number of US dollars per million tokens");
+    return it->get<double>();
+  };
+  pr.input = num("input", true, 0);
+  pr.output = num("output", true, 0);
+  pr.cached_input = num("cached_input", false, pr.input);
+  pr.cache_write = num("cache_write", false, pr.input);
+  for (auto it = o.begin(); it != o.end(); ++it)
+    if (!seen.count(it.key()))
+      throw ModelSpecError(where + it.key() + " is not a known field (input, cached_input, cache_write, output)");
+  return pr;
 }
 
 }  // namespace
@@ -154,8 +185,12 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   ModelConfig c;
   c.source = source;
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (it.key() != "providers" && it.key() != "$schema" && it.key() != "comment")
-      throw ModelSpecError(source + ": " + it.key() + " is not a known field (expected \"providers\")");
+    if (it.key() != "providers" && it.key() != "prices" && it.key() != "$schema" && it.key() != "comment")
+      throw ModelSpecError(source + ": " + it.key() + " is not a known field (expected \"providers\" or \"prices\")");
+  if (auto pr = j.find("prices"); pr != j.end()) {
+    if (!pr->is_object()) throw ModelSpecError(source + ": prices must be an object of model -> price");
+    for (auto it = pr->begin(); it != pr->end(); ++it) c.prices.emplace(it.key(), parse_price(it.key(), it.value(), source));
+  }
   auto p = j.find("providers");
   if (p == j.end()) return c;
   if (!p->is_object()) throw ModelSpecError(source + ": providers must be an object of name -> provider");
@@ -212,6 +247,7 @@ ProviderConfig resolve_model_spec(const std::string& spec, const ModelConfig& co
                          ")");
   }
   if (!model.empty()) p.model = model;
+  if (auto pr = config.prices.find(p.model); pr != config.prices.end()) p.price = pr->second;
   if (p.model.empty())
     throw ModelSpecError("model spec '" + spec + "' names no model (use " + name + ":MODEL" +
                          (config.providers.count(name) ? " or set \"model\" in " + config.source : std::string()) + ")");

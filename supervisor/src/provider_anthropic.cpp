@@ -11,6 +11,10 @@
 //            content_block_stop, message_delta {delta:{stop_reason}, usage:{output_tokens}}, message_stop,
 //            ping, error {error:{type, message}}
 //
+// Caching: cache_control breakpoints on the system prompt (whose prefix holds the tools) and the
+// growing history (see place_breakpoints); usage reports cache_creation_input_tokens /
+// cache_read_input_tokens.
+//
 // Extended thinking with tool use requires the assistant turn's signed thinking blocks to be sent back
 // unchanged. Neutral messages have no place for them, so the provider (one per child) keeps them, keyed
 // by the turn's first tool-call id, and puts them back when that turn comes round again.
@@ -118,12 +122,7 @@ class AnthropicDecoder final : public detail::Decoder {
     const std::string type = j.value("type", ev.event);
     if (type == "message_start") {
       const json& u = j.contains("message") && j["message"].is_object() ? j["message"].value("usage", json::object()) : json::object();
-      if (u.is_object() && u.contains("input_tokens")) {
-        std::uint64_t in = 0;
-        for (const char* k : {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"})
-          if (auto v = u.find(k); v != u.end() && v->is_number_unsigned()) in += v->get<std::uint64_t>();
-        st.input_tokens = in;
-      }
+      read_usage(u, st);
     } else if (type == "content_block_start") {
       const json& cb = j.value("content_block", json::object());
       const std::uint64_t index = j.value("index", std::uint64_t{0});
@@ -172,8 +171,7 @@ class AnthropicDecoder final : public detail::Decoder {
       const json& d = j.value("delta", json::object());
       if (d.is_object())
         if (auto r = d.find("stop_reason"); r != d.end() && r->is_string()) st.finish_reason = map_stop(r->get<std::string>());
-      if (auto u = j.find("usage"); u != j.end() && u->is_object())
-        if (auto o = u->find("output_tokens"); o != u->end() && o->is_number_unsigned()) st.output_tokens = o->get<std::uint64_t>();
+      if (auto u = j.find("usage"); u != j.end() && u->is_object()) read_usage(*u, st);
     } else if (type == "message_stop") {
       st.finished = true;
     } else if (type == "error") {
@@ -184,6 +182,27 @@ class AnthropicDecoder final : public detail::Decoder {
       st.fail("provider_error", "the server reported an error in the stream: " + etype + ": " + detail::printable(msg, 300));
     }
     // ping, content_block_stop and event types added later are ignored.
+  }
+
+  // message_start carries the input counts; message_delta the output (cumulative) and, on newer
+  // servers, the input counts again. input_tokens excludes the cache: the total input is the sum.
+  // The thinking part of the output is usage.output_tokens_details.thinking_tokens when reported.
+  static void read_usage(const json& u, detail::StreamState& st) {
+    if (!u.is_object()) return;
+    auto get = [&](const json& o, const char* k) -> std::optional<std::uint64_t> {
+      if (auto v = o.find(k); v != o.end() && v->is_number_unsigned()) return v->get<std::uint64_t>();
+      return std::nullopt;
+    };
+    if (auto in = get(u, "input_tokens")) {
+      const std::uint64_t write = get(u, "cache_creation_input_tokens").value_or(0);
+      const std::uint64_t read = get(u, "cache_read_input_tokens").value_or(0);
+      st.input_tokens = *in + write + read;
+      st.cache_write_tokens = write;
+      st.cache_read_tokens = read;
+    }
+    if (auto out = get(u, "output_tokens")) st.output_tokens = *out;
+    if (auto d = u.find("output_tokens_details"); d != u.end() && d->is_object())
+      if (auto t = get(*d, "thinking_tokens")) st.reasoning_tokens = *t;
   }
 
   static std::string map_stop(const std::string& r) {
@@ -201,7 +220,7 @@ class AnthropicProvider final : public detail::StreamingProvider {
   std::string describe() const override { return cfg_.name + ":" + cfg_.model + " (anthropic, " + cfg_.base_url + ")"; }
 
  protected:
-  Wire build(const ModelCall& call, std::uint64_t out_cap, std::uint64_t& thinking_cap) override {
+  Wire build(const ModelCall& call, std::uint64_t& out_cap, std::uint64_t& thinking_cap) override {
     Wire w;
     std::string base = cfg_.base_url;
     while (!base.empty() && base.back() == '/') base.pop_back();
@@ -209,11 +228,22 @@ class AnthropicProvider final : public detail::StreamingProvider {
     if (!key_.empty()) w.headers.push_back("x-api-key: " + key_);
     w.headers.push_back("anthropic-version: " + cfg_.anthropic_version);
 
-    // Thinking needs budget_tokens >= 1024 and < max_tokens; half the output cap at most, so the
-    // answer keeps room. Without the signed blocks of a tool-use turn being continued it is left off.
+    // Thinking gets what is left of the child's thinking budget, at most half the output cap (the
+    // answer keeps room; budget_tokens must stay below max_tokens). Under Anthropic's minimum of 1,024
+    // this call goes without thinking, and the transcript says why.
     std::uint64_t budget = 0;
-    if (cfg_.thinking && call.max_thinking_tokens >= 1024 && out_cap >= 2048)
-      budget = std::max<std::uint64_t>(1024, std::min(call.max_thinking_tokens, out_cap / 2));
+    std::string no_thinking;
+    if (!cfg_.thinking) {
+      no_thinking = "thinking is off in the model config";
+    } else {
+      budget = std::min(call.max_thinking_tokens, out_cap / 2);
+      if (budget < kMinThinking) {
+        no_thinking = std::to_string(call.max_thinking_tokens) + " thinking tokens left and an output cap of " +
+                      std::to_string(out_cap) + " allow " + std::to_string(budget) +
+                      ", under Anthropic's minimum budget_tokens of 1024";
+        budget = 0;
+      }
+    }
     bool missing_blocks = false;
     std::string system;
     auto thinking_for = [&](const std::string& id) -> json {
@@ -223,23 +253,75 @@ class AnthropicProvider final : public detail::StreamingProvider {
       return json::array();
     };
     json messages = wire::anthropic_request(call.messages, call.tools, system, thinking_for);
-    if (missing_blocks && continuing_tool_turn(call.messages)) budget = 0;
-    if (budget == 0) {
-      // Without thinking, earlier thinking blocks are dropped.
-      for (auto& m : messages) {
-        json kept = json::array();
-        for (auto& b : m["content"])
-          if (b.value("type", "") != "thinking" && b.value("type", "") != "redacted_thinking") kept.push_back(std::move(b));
-        m["content"] = std::move(kept);
-      }
+    if (budget && missing_blocks && continuing_tool_turn(call.messages)) {
+      // The API requires a continued tool-use turn to start with its signed thinking block; a turn
+      // this provider did not produce (another provider's history) has none.
+      budget = 0;
+      no_thinking = "the tool-use turn being continued has no signed thinking block";
     }
-    w.body = {{"model", cfg_.model}, {"max_tokens", out_cap}, {"messages", std::move(messages)}, {"stream", true}};
-    if (!system.empty()) w.body["system"] = system;
+    // Earlier thinking blocks stay as they were sent, thinking on or off: the API ignores those of
+    // earlier turns, and rewriting them would change the cached prefix.
     json tools = wire::anthropic_tools(call.tools);
+    json breakpoints = json::array();
+    if (cfg_.prompt_caching) place_breakpoints(tools, system, messages, breakpoints);
+    w.body = {{"model", cfg_.model}, {"max_tokens", out_cap}, {"messages", std::move(messages)}, {"stream", true}};
+    if (!system.empty()) {
+      json sys = json::array({{{"type", "text"}, {"text", system}}});
+      if (cfg_.prompt_caching) sys[0]["cache_control"] = {{"type", "ephemeral"}};
+      w.body["system"] = std::move(sys);
+    }
     if (!tools.empty()) w.body["tools"] = std::move(tools);
     if (budget) w.body["thinking"] = {{"type", "enabled"}, {"budget_tokens", budget}};
-    thinking_cap = budget ? budget : call.max_thinking_tokens;
+    thinking_cap = budget ? budget : 0;
+    derive_reasoning_ = budget > 0;
+    request_notes_ = {{"thinking_budget_tokens", budget}, {"cache_breakpoints", breakpoints}};
+    if (!no_thinking.empty()) request_notes_["thinking_off"] = no_thinking;
     return w;
+  }
+
+  // At most four breakpoints (the API's limit); the cache holds a prefix only where an earlier request
+  // put a breakpoint, so they go where later requests will share the prefix:
+  //  - the system prompt (its prefix holds the tools too; the last tool gets one only without a system);
+  //  - the anchor: the end of the history that did not change the last time the history changed
+  //    in the middle (the child trimmed old results). Marked on every request since, so the next
+  //    trim, which starts after it, reads everything up to it back;
+  //  - the end of the history this request shares with the previous one (read back: normally the
+  //    previous request's end);
+  //  - the end of this request (written for the next one).
+  void place_breakpoints(json& tools, const std::string& system, json& messages, json& where) {
+    const json ephemeral = {{"type", "ephemeral"}};
+    if (!tools.empty() && system.empty()) {
+      tools.back()["cache_control"] = ephemeral;
+      where.push_back("tools");
+    }
+    if (!system.empty()) where.push_back("system");
+    std::vector<std::string> dumps;
+    dumps.reserve(messages.size());
+    for (const auto& m : messages) dumps.push_back(m.dump(-1, ' ', false, json::error_handler_t::replace));
+    std::size_t common = 0;
+    while (common < dumps.size() && common < prev_.size() && dumps[common] == prev_[common]) ++common;
+    const bool changed_inside = common < prev_.size();
+    prev_ = std::move(dumps);
+    auto mark = [&](std::size_t i) {
+      if (i >= messages.size()) return false;
+      json& content = messages[i]["content"];
+      for (auto it = content.rbegin(); it != content.rend(); ++it) {
+        const std::string t = it->value("type", "");
+        if (t == "thinking" || t == "redacted_thinking") continue;  // cannot carry cache_control
+        if (it->contains("cache_control")) return true;
+        (*it)["cache_control"] = ephemeral;
+        where.push_back("message " + std::to_string(i));
+        return true;
+      }
+      return false;
+    };
+    const std::size_t n = messages.size();
+    if (n == 0) return;
+    if (anchor_ && *anchor_ >= common) anchor_.reset();  // the anchor itself changed
+    if (anchor_) mark(*anchor_);
+    if (common > 0 && common < n) mark(common - 1);
+    if (changed_inside && common > 0) anchor_ = common - 1;
+    mark(n - 1);
   }
 
   std::unique_ptr<detail::Decoder> make_decoder() override {
@@ -258,13 +340,11 @@ class AnthropicProvider final : public detail::StreamingProvider {
         kept.push_back({{"type", "redacted_thinking"}, {"data", b.data}});
     }
     if (kept.empty()) return;
+    // Every turn's blocks are kept for the child's whole life: dropping the oldest would force thinking
+    // off when that turn comes round again, and rewrite the cached prefix. They cost what the child's
+    // own history costs (it resends every turn anyway).
     const std::string id = reply.tool_calls.front().id;
     thinking_[id] = std::move(kept);
-    order_.push_back(id);
-    if (order_.size() > 32) {
-      thinking_.erase(order_.front());
-      order_.pop_front();
-    }
   }
 
  private:
@@ -278,9 +358,11 @@ class AnthropicProvider final : public detail::StreamingProvider {
     return false;
   }
 
+  static constexpr std::uint64_t kMinThinking = 1024;
   AnthropicDecoder* decoder_ = nullptr;
   std::map<std::string, json> thinking_;
-  std::deque<std::string> order_;
+  std::vector<std::string> prev_;  // the previous request's messages, serialized (where the cache ends)
+  std::optional<std::size_t> anchor_;  // see place_breakpoints
 };
 
 }  // namespace

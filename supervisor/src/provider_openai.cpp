@@ -65,7 +65,18 @@ json openai_tools(const json& specs) {
 
 }  // namespace wire
 
+// The reasoning_effort for a call with `left` thinking tokens, never above `ceiling` (docs/models.md):
+// at least 16,384 left: high; 4,096: medium; less: low.
+std::string reasoning_effort_for(std::uint64_t left, const std::string& ceiling) {
+  auto rank = [](const std::string& e) { return e == "high" ? 2 : e == "medium" ? 1 : 0; };
+  const int want = left >= 16384 ? 2 : left >= 4096 ? 1 : 0;
+  static const char* const names[] = {"low", "medium", "high"};
+  return names[std::min(want, rank(ceiling))];
+}
+
 namespace {
+
+constexpr std::uint64_t kVisibleAllowance = 4096;
 
 class OpenAiDecoder final : public detail::Decoder {
  public:
@@ -90,6 +101,9 @@ class OpenAiDecoder final : public detail::Decoder {
       if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_unsigned()) st.output_tokens = c->get<std::uint64_t>();
       if (auto d = u->find("completion_tokens_details"); d != u->end() && d->is_object())
         if (auto r = d->find("reasoning_tokens"); r != d->end() && r->is_number_unsigned()) st.reasoning_tokens = r->get<std::uint64_t>();
+      // prompt_tokens includes the cached part; OpenAI reports no cache writes (it caches by itself).
+      if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+        if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_unsigned()) st.cache_read_tokens = c->get<std::uint64_t>();
     }
     auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array() || choices->empty()) return;
@@ -154,7 +168,7 @@ class OpenAiProvider final : public detail::StreamingProvider {
   }
 
  protected:
-  Wire build(const ModelCall& call, std::uint64_t out_cap, std::uint64_t& thinking_cap) override {
+  Wire build(const ModelCall& call, std::uint64_t& out_cap, std::uint64_t& thinking_cap) override {
     Wire w;
     std::string base = cfg_.base_url;
     while (!base.empty() && base.back() == '/') base.pop_back();
@@ -162,10 +176,23 @@ class OpenAiProvider final : public detail::StreamingProvider {
     if (!key_.empty()) w.headers.push_back("Authorization: Bearer " + key_);
     w.body = {{"model", cfg_.model}, {"messages", wire::openai_messages(call.messages)}, {"stream", true}};
     if (cfg_.stream_usage) w.body["stream_options"] = {{"include_usage", true}};
+    // One cache key per child: its requests share a prefix, and land where that prefix is cached.
+    if (cfg_.prompt_caching && !call.child_id.empty()) w.body["prompt_cache_key"] = "subagent-" + call.child_id;
+    std::string effort;
+    if (!cfg_.reasoning_effort.empty()) {
+      // OpenAI streams no reasoning and has no per-call thinking cap: the effort is chosen from the
+      // thinking budget left, and the output cap keeps one call from passing it by more than
+      // kVisibleAllowance (reasoning counts in max_completion_tokens).
+      effort = reasoning_effort_for(call.max_thinking_tokens, cfg_.reasoning_effort);
+      w.body["reasoning_effort"] = effort;
+      out_cap = std::max<std::uint64_t>(1, std::min(out_cap, call.max_thinking_tokens + kVisibleAllowance));
+    }
     w.body[cfg_.max_tokens_field] = out_cap;
     json tools = wire::openai_tools(call.tools);
     if (!tools.empty()) w.body["tools"] = std::move(tools);
     thinking_cap = call.max_thinking_tokens;
+    request_notes_ = {{"reasoning_effort", effort.empty() ? json(nullptr) : json(effort)},
+                      {"prompt_cache_key", w.body.contains("prompt_cache_key")}};
     return w;
   }
 

@@ -134,9 +134,11 @@ void StreamingProvider::attempt() {
     fail("provider_error", where() + ": the child's deadline passed before the model answered");
     return;
   }
-  const std::uint64_t out_cap = call_.max_tokens ? std::min(call_.max_tokens, cfg_.max_output_tokens) : cfg_.max_output_tokens;
+  std::uint64_t out_cap = call_.max_tokens ? std::min(call_.max_tokens, cfg_.max_output_tokens) : cfg_.max_output_tokens;
   std::uint64_t thinking_cap = 0;
   Wire w;
+  request_notes_ = json::object();
+  derive_reasoning_ = false;
   try {
     w = build(call_, out_cap, thinking_cap);
   } catch (const std::exception& e) {
@@ -146,6 +148,7 @@ void StreamingProvider::attempt() {
   st_ = std::make_unique<StreamState>();
   st_->out_cap = out_cap;
   st_->thinking_cap = thinking_cap;
+  st_->derive_reasoning = derive_reasoning_;
   dec_ = make_decoder();
   sse_.emplace(1u << 20);
   sse_mode_.reset();
@@ -196,7 +199,7 @@ bool StreamingProvider::on_body(long status, std::string_view chunk) {
     dec_->on_event(ev, st);
     return !st.cut && st.error_code.empty();
   });
-  if (!ok) st.fail("bad_response", where() + ": " + sse_->error());
+  if (!ok) st.fail("bad_response", sse_->error());
   return !st.cut && st.error_code.empty();
 }
 
@@ -209,7 +212,7 @@ void StreamingProvider::on_done(http::Response r) {
   }
   if (!st.error_code.empty()) {
     if (st.retryable_error && st.out_deltas == 0 && retry(std::nullopt, why_not)) return;
-    fail(st.error_code, st.error_message + why_not);
+    fail(st.error_code, where() + ": " + st.error_message + why_not);
     return;
   }
   if (!r.completed()) {
@@ -226,7 +229,8 @@ void StreamingProvider::on_done(http::Response r) {
         return;
       case http::Failure::stalled:
         fail("provider_error", where() + ": the stream stalled: no data for " +
-                                   std::to_string(cfg_.stall_timeout.count()) + " s");
+                                   std::to_string(cfg_.stall_timeout.count()) + " s (" + std::to_string(st.events) +
+                                   " events received)");
         return;
       default:
         fail("provider_error", where() + ": " + scrub(r.error) + why_not);
@@ -294,15 +298,18 @@ void StreamingProvider::finish(StreamState& st, ModelReply& reply) {
   int n = 0;
   for (auto& c : st.calls) {
     ++n;
+    // A turn the server's token cap ended (finish_reason length) may stop inside a call's arguments, as
+    // one the supervisor cut may: that call is dropped, not reported as a bad response.
+    const bool cut = st.cut || st.finish_reason == "length";
     if (c.name.empty()) {
-      if (st.cut) continue;
+      if (cut) continue;
       err = "a tool call has no name";
       break;
     }
     std::string e;
     json args = parse_arguments(c.arguments, c.name, e);
     if (!e.empty()) {
-      if (st.cut) continue;  // the cut landed inside this call's arguments: drop it
+      if (cut) continue;  // the cut landed inside this call's arguments: drop it
       err = e;
       break;
     }
@@ -333,9 +340,20 @@ void StreamingProvider::complete_ok() {
   else reply.usage.input_tokens = estimate_tokens(request_bytes_);
   if (st.output_tokens && !st.cut) reply.usage.output_tokens = *st.output_tokens;
   else reply.usage.output_tokens = std::min(st.cut ? count(st.out_deltas, st.out_bytes) : counted, st.out_cap ? st.out_cap : counted);
-  if (st.reasoning_tokens && !st.cut) reply.usage.reasoning_tokens = *st.reasoning_tokens;
-  else reply.usage.reasoning_tokens = std::max(st.reasoning_deltas, estimate_tokens(st.reasoning_bytes));
+  const std::uint64_t seen_thinking = std::max(st.reasoning_deltas, estimate_tokens(st.reasoning_bytes));
+  if (st.reasoning_tokens && !st.cut) {
+    reply.usage.reasoning_tokens = *st.reasoning_tokens;
+  } else if (st.derive_reasoning && st.output_tokens && !st.cut) {
+    const std::uint64_t visible = estimate_tokens(st.out_bytes - st.reasoning_bytes);
+    reply.usage.reasoning_tokens = std::max(seen_thinking, *st.output_tokens > visible ? *st.output_tokens - visible : 0);
+  } else {
+    reply.usage.reasoning_tokens = seen_thinking;
+  }
   reply.usage.reasoning_tokens = std::min(reply.usage.reasoning_tokens, reply.usage.output_tokens);
+  reply.usage.cache_read_input_tokens = std::min(st.cache_read_tokens.value_or(0), reply.usage.input_tokens);
+  reply.usage.cache_write_input_tokens =
+      std::min(st.cache_write_tokens.value_or(0), reply.usage.input_tokens - reply.usage.cache_read_input_tokens);
+  reply.request = request_notes_;
   reply.usage_estimated = !st.input_tokens || !st.output_tokens || st.cut;
   if (reply.ok) remember(st, reply);
   auto done = std::move(done_);
@@ -344,6 +362,8 @@ void StreamingProvider::complete_ok() {
 }
 
 void StreamingProvider::fail(std::string code, std::string message) {
+  // Every error names the provider and its host, whichever layer found it.
+  if (message.rfind(where(), 0) != 0) message = where() + ": " + message;
   ModelReply reply;
   reply.ok = false;
   reply.error_code = std::move(code);
@@ -352,7 +372,10 @@ void StreamingProvider::fail(std::string code, std::string message) {
     // Tokens the server did produce still count against the budget.
     reply.usage.input_tokens = st_->input_tokens.value_or(0);
     reply.usage.output_tokens = st_->output_tokens.value_or(count(st_->out_deltas, st_->out_bytes));
+    reply.usage.reasoning_tokens = std::min(reply.usage.output_tokens, st_->reasoning_tokens.value_or(st_->reasoning_deltas));
+    reply.usage.cache_read_input_tokens = std::min(reply.usage.input_tokens, st_->cache_read_tokens.value_or(0));
   }
+  reply.request = request_notes_;
   auto done = std::move(done_);
   done_ = nullptr;
   if (done) {

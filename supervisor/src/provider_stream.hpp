@@ -37,6 +37,11 @@ struct StreamState {
   std::uint64_t events = 0;
   std::uint64_t out_deltas = 0, out_bytes = 0, reasoning_deltas = 0, reasoning_bytes = 0;
   std::optional<std::uint64_t> input_tokens, output_tokens, reasoning_tokens;  // as the server reports
+  std::optional<std::uint64_t> cache_read_tokens, cache_write_tokens;           // parts of input_tokens
+  // Thinking was on for this request but the server may not report a thinking count: then the thinking
+  // tokens are what output_tokens leaves after the visible output (estimated at 4 bytes a token, so the
+  // thinking count errs high, never low).
+  bool derive_reasoning = false;
 
   // Counts one output delta of `bytes` bytes (reasoning or not). False when it would pass a cap: the
   // delta must then be dropped, and `cut` is set.
@@ -61,6 +66,7 @@ class StreamingProvider : public ModelProvider {
   ~StreamingProvider() override;
   void start(ModelCall call, std::function<void(ModelReply)> done) override;
   void cancel() override;
+  std::optional<Price> price() const override { return cfg_.price; }
 
  protected:
   struct Wire {
@@ -68,7 +74,11 @@ class StreamingProvider : public ModelProvider {
     std::vector<std::string> headers;  // including the key's header
     nlohmann::json body;
   };
-  virtual Wire build(const ModelCall& call, std::uint64_t out_cap, std::uint64_t& thinking_cap) = 0;
+  // Builds the request. `out_cap` may be lowered (OpenAI reasoning); `thinking_cap` is the thinking
+  // tokens the stream may carry (0: no separate cap); `request_notes` goes to the transcript.
+  virtual Wire build(const ModelCall& call, std::uint64_t& out_cap, std::uint64_t& thinking_cap) = 0;
+  nlohmann::json request_notes_ = nlohmann::json::object();
+  bool derive_reasoning_ = false;  // set by build(): see StreamState::derive_reasoning
   virtual std::unique_ptr<Decoder> make_decoder() = 0;
   // Turns the state of a finished (or cut) stream into the reply; the default handles both formats.
   virtual void finish(StreamState& st, ModelReply& reply);

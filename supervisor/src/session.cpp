@@ -144,12 +144,23 @@ void ChildSession::start(DoneHandler on_done) {
   ignore_sigpipe_once();
   on_done_ = std::move(on_done);
   started_ = std::chrono::steady_clock::now();
+  price_ = provider_->price();
   emit({{"event", "spawn"},
         {"preset", cfg_.preset->name},
         {"policy_digest", cfg_.preset->digest},
         {"description", cfg_.description},
         {"workspace", cfg_.workspace.string()},
         {"model", provider_->describe()}});
+  if (cfg_.budgets.max_cost_usd && !price_) {
+    // A cost budget nobody can count is refused, never silently ignored.
+    fail(proto::Status::failed, "max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
+                                    provider_->describe() +
+                                    " has no price in the model config (add it under \"prices\", docs/models.md)");
+    exited_ = true;
+    stdout_eof_ = true;
+    asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+    return;
+  }
   try {
     Pipe in, out, err;
     sandbox::LaunchRequest req;
@@ -321,6 +332,50 @@ void ChildSession::handle(const proto::Hello& m) {
   report_progress();
 }
 
+namespace {
+std::size_t request_bytes(const json& messages, const json& tools) {
+  return messages.dump(-1, ' ', false, json::error_handler_t::replace).size() +
+         (tools.empty() ? 0 : tools.dump(-1, ' ', false, json::error_handler_t::replace).size());
+}
+bool cut_turn(const std::string& finish_reason) { return finish_reason == "length" || finish_reason == "budget"; }
+}  // namespace
+
+std::uint64_t ChildSession::tokens_left() const {
+  return cfg_.budgets.max_tokens > usage_.total() ? cfg_.budgets.max_tokens - usage_.total() : 0;
+}
+
+std::uint64_t ChildSession::thinking_left() const {
+  return cfg_.budgets.max_thinking_tokens > usage_.reasoning_tokens ? cfg_.budgets.max_thinking_tokens - usage_.reasoning_tokens
+                                                                    : 0;
+}
+
+std::uint64_t ChildSession::output_room(std::uint64_t est_input) const {
+  // What the budgets leave for this call's output once its estimated input is paid for.
+  const std::uint64_t left = tokens_left();
+  std::uint64_t room = left > est_input ? left - est_input : 0;
+  if (cfg_.budgets.max_cost_usd && price_) {
+    const double money = *cfg_.budgets.max_cost_usd - cost_usd_ -
+                         static_cast<double>(est_input) * worst_input_price(*price_) / 1e6;
+    const double out = money <= 0 ? 0 : price_->output > 0 ? money * 1e6 / price_->output : 1e18;
+    room = std::min<std::uint64_t>(room, out >= 1e18 ? UINT64_MAX : static_cast<std::uint64_t>(out));
+  }
+  return room;
+}
+
+std::string ChildSession::reservation_refusal(std::uint64_t est_input, std::uint64_t min_output) const {
+  if (output_room(est_input) >= min_output) return {};
+  const std::uint64_t left = tokens_left();
+  if (left < est_input + min_output)
+    return "token budget exhausted: the next call needs about " + std::to_string(est_input) + " input + " +
+           std::to_string(min_output) + " output tokens and " + std::to_string(left) + " of " +
+           std::to_string(cfg_.budgets.max_tokens) + " remain (" + std::to_string(usage_.total()) + " used)";
+  return "cost budget exhausted: the next call could cost up to " +
+         format_usd(static_cast<double>(est_input) * worst_input_price(*price_) / 1e6 +
+                    static_cast<double>(min_output) * price_->output / 1e6) +
+         " and " + format_usd(std::max(0.0, *cfg_.budgets.max_cost_usd - cost_usd_)) + " of " +
+         format_usd(*cfg_.budgets.max_cost_usd) + " remain (" + format_usd(cost_usd_) + " spent)";
+}
+
 void ChildSession::handle(const proto::ModelRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
   if (model_in_flight_) {
@@ -332,55 +387,69 @@ void ChildSession::handle(const proto::ModelRequest& m) {
     fail(proto::Status::protocol_error, "protocol error: model_request after final");
     return;
   }
+  // Only tools the policy offers reach the model, whatever the child put in the request.
+  json tools = json::array();
+  {
+    const auto offered = offered_tools(*cfg_.preset);
+    for (const auto& spec : m.tools) {
+      std::string name = spec.is_object() ? spec.value("name", "") : "";
+      if (std::find(offered.begin(), offered.end(), name) != offered.end()) tools.push_back(spec);
+    }
+  }
+  std::size_t bytes = request_bytes(m.messages, tools);
+  std::uint64_t est_input = estimator_.estimate(bytes, m.messages.size());
   if (state_ == State::running) {
     if (steps_ >= cfg_.budgets.max_steps)
       begin_wrap_up(proto::Status::budget_exhausted, "steps",
                     "step budget exhausted (" + std::to_string(steps_) + " of " + std::to_string(cfg_.budgets.max_steps) + ")");
-    else if (usage_.total() >= cfg_.budgets.max_tokens)
-      begin_wrap_up(proto::Status::budget_exhausted, "tokens",
-                    "token budget exhausted (" + std::to_string(usage_.total()) + " of " +
-                        std::to_string(cfg_.budgets.max_tokens) + ")");
+    else if (std::string why = reservation_refusal(est_input, kMinOutputTokens); !why.empty())
+      begin_wrap_up(proto::Status::budget_exhausted, why.rfind("cost", 0) == 0 ? "cost" : "tokens", why);
     else if (usage_.reasoning_tokens >= cfg_.budgets.max_thinking_tokens && cfg_.budgets.max_thinking_tokens > 0)
-      begin_wrap_up(proto::Status::budget_exhausted, "thinking_tokens", "thinking-token budget exhausted");
+      begin_wrap_up(proto::Status::budget_exhausted, "thinking_tokens",
+                    "thinking-token budget exhausted (" + std::to_string(usage_.reasoning_tokens) + " of " +
+                        std::to_string(cfg_.budgets.max_thinking_tokens) + ")");
   }
   const bool wrap_turn = state_ == State::wrapping_up;
-  const std::uint64_t remaining =
-      cfg_.budgets.max_tokens > usage_.total() ? cfg_.budgets.max_tokens - usage_.total() : 0;
-  if (wrap_turn && (wrap_turn_used_ || budget_ == "tokens" || remaining == 0)) {
+  if (wrap_turn) {
+    tools = json::array();
+    bytes = request_bytes(m.messages, tools);
+    est_input = estimator_.estimate(bytes, m.messages.size());
+  }
+  if (wrap_turn && (wrap_turn_used_ || !reservation_refusal(est_input, kMinOutputTokens).empty())) {
     // No model turn left to give: the child reports with what it has.
     send(proto::ModelError{m.id, "budget_exhausted",
                            wrap_turn_used_ ? "the wrap-up turn was already used; send your final answer"
-                                           : reason_ + "; send your final answer with what you have"});
+                                           : reason_ + "; no budget is left for a wrap-up turn; send your final "
+                                                       "answer with what you have"});
     return;
   }
   ModelCall call;
   call.child_id = cfg_.id;
   call.messages = m.messages;
-  call.max_thinking_tokens = cfg_.budgets.max_thinking_tokens;
+  call.tools = std::move(tools);
+  call.max_thinking_tokens = thinking_left();
+  call.wrap_up = wrap_turn;
   call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
+  call.max_tokens = output_room(est_input);
   if (wrap_turn) {
     wrap_turn_used_ = true;
-    call.tools = json::array();
-    call.max_tokens = std::min(remaining, kWrapUpTurnTokens);
-  } else {
-    // Only tools the policy offers reach the model, whatever the child put in the request.
-    const auto offered = offered_tools(*cfg_.preset);
-    call.tools = json::array();
-    for (const auto& spec : m.tools) {
-      std::string name = spec.is_object() ? spec.value("name", "") : "";
-      if (std::find(offered.begin(), offered.end(), name) != offered.end()) call.tools.push_back(spec);
-    }
-    call.max_tokens = remaining;
+    call.max_tokens = std::min(call.max_tokens, kWrapUpTurnTokens);
   }
   if (m.max_tokens) call.max_tokens = std::min(call.max_tokens, *m.max_tokens);
+  call.max_tokens = std::max<std::uint64_t>(call.max_tokens, 1);
   ++steps_;
   model_in_flight_ = m.id;
+  pending_bytes_ = bytes;
+  pending_messages_ = m.messages.size();
+  pending_estimate_ = est_input;
   emit({{"event", "model_request"},
         {"id", m.id},
         {"step", steps_},
         {"messages", m.messages.size()},
         {"tools", call.tools.size()},
         {"max_tokens", call.max_tokens},
+        {"estimated_input_tokens", est_input},
+        {"thinking_tokens_left", call.max_thinking_tokens},
         {"wrap_up_turn", wrap_turn}});
   provider_->start(std::move(call), [self = shared_from_this(), id = m.id](ModelReply r) {
     self->on_model_reply(id, std::move(r));
@@ -391,23 +460,50 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
   model_in_flight_.reset();
   if (state_ == State::finishing || state_ == State::done) return;
   usage_ += r.usage;
-  emit({{"event", "model_response"},
-        {"id", request_id},
-        {"ok", r.ok},
-        {"error", r.error_code.empty() ? json(nullptr) : json(r.error_code + ": " + r.error_message)},
-        {"usage", proto::to_json(r.usage)},
-        {"usage_estimated", r.usage_estimated},
-        {"content_bytes", r.content.size()},
-        {"content", r.content},
-        {"tool_calls", [&] {
-           json calls = json::array();
-           for (const auto& c : r.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
-           return calls;
-         }()},
-        {"finish_reason", r.finish_reason}});
+  double call_cost = 0;
+  if (price_) {
+    call_cost = cost_of(r.usage, *price_);
+    cost_usd_ += call_cost;
+  }
+  if (r.usage.input_tokens > 0 && !r.usage_estimated) estimator_.observe(pending_bytes_, pending_messages_, r.usage.input_tokens);
+  else if (r.usage.input_tokens > 0) estimator_.observe(pending_bytes_, pending_messages_, std::max(r.usage.input_tokens, pending_estimate_));
+  const bool cut = r.ok && cut_turn(r.finish_reason);
+  json event = {{"event", "model_response"},
+                {"id", request_id},
+                {"ok", r.ok},
+                {"error", r.error_code.empty() ? json(nullptr) : json(r.error_code + ": " + r.error_message)},
+                {"usage", proto::to_json(r.usage)},
+                {"usage_estimated", r.usage_estimated},
+                {"estimated_input_tokens", pending_estimate_},
+                {"request", r.request},
+                {"content_bytes", r.content.size()},
+                {"content", r.content},
+                {"tool_calls", [&] {
+                   json calls = json::array();
+                   for (const auto& c : r.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+                   return calls;
+                 }()},
+                {"finish_reason", r.finish_reason}};
+  if (price_) event["cost_usd"] = call_cost;
+  if (cut) event["cut"] = true;
+  emit(std::move(event));
   if (r.ok) model_failed_.clear();
   else if (r.error_code != "budget_exhausted")
     model_failed_ = (r.error_code.empty() ? std::string("provider_error") : r.error_code) + ": " + r.error_message;
+  if (r.ok) {
+    last_cut_ = cut;
+    if (cut) cut_text_ = r.content;
+  }
+  if (cut) {
+    // A turn the token cap ended is not an answer: its tool calls are dropped (their arguments may be
+    // cut too), and the child is asked to wrap up, with a wrap-up turn if the budget still has one.
+    r.tool_calls.clear();
+    begin_wrap_up(proto::Status::budget_exhausted, "tokens",
+                  std::string("the model's turn was cut by the token cap (") +
+                      (r.finish_reason == "budget" ? "the supervisor stopped the stream at the call's output cap of "
+                                                   : "the server's finish_reason is length; output cap ") +
+                      std::to_string(r.usage.output_tokens) + " tokens used)");
+  }
   if (!r.ok) {
     send(proto::ModelError{request_id, r.error_code.empty() ? "provider_error" : r.error_code, r.error_message});
   } else {
@@ -762,6 +858,18 @@ void ChildSession::finish() {
     e.summary = proto::cap_utf8(final_->summary, cfg_.budgets.summary_bytes);
     e.answer = proto::cap_utf8(final_->answer, cfg_.budgets.answer_bytes);
   }
+  if (last_cut_) {
+    // The last model turn was cut by the token cap and none came after it: whatever the child made of
+    // it is a fragment. Without a final, the fragment itself is the answer, marked as such.
+    e.answer_partial = true;
+    if (!final_ || final_->answer.empty()) {
+      e.answer = proto::cap_utf8(cut_text_, cfg_.budgets.answer_bytes);
+      e.summary = proto::cap_utf8("(partial: the model's turn was cut by the token cap) " +
+                                      cut_text_.substr(0, std::min<std::size_t>(cut_text_.size(), 200)),
+                                  cfg_.budgets.summary_bytes);
+    }
+  }
+  if (price_) e.cost_usd = cost_usd_;
   e.tools_used = tools_used_;
   e.tools_denied = tools_denied_;
   e.usage = usage_;

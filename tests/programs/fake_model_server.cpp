@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -207,6 +209,198 @@ bool has_tool_result(const json& body) {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+// ---- the scripted loop: /s/loop:<steps>:<bytes per token>:<thinking per call>/<token>/... ---------
+// A read-only explore session: until the history holds <steps> tool results the model calls read_file
+// on the next 60-line window of a file of this repository (run it with the repository as workspace),
+// then answers. Usage is computed from the request as a server would: input tokens are the request's
+// bytes (tools, system, messages, cache_control markers left out) at <bytes per token>, and prompt
+// caching is simulated the way each API documents it (OpenAI: the longest prefix shared with an earlier
+// request, in 128-token steps from 1,024; Anthropic: only at cache_control breakpoints, read where an
+// earlier request wrote the same prefix, written up to the last breakpoint).
+const char* const kLoopFiles[] = {
+    "supervisor/src/session.cpp",     "supervisor/src/hub.cpp",         "supervisor/src/http_client.cpp",
+    "supervisor/src/transcript.cpp",  "supervisor/src/web_tools.cpp",   "sandbox/launch.cpp",
+    "child/tools/grep.cpp",           "supervisor/src/cmd_mcp.cpp",     "protocol/messages.cpp",
+    "supervisor/src/provider_stream.cpp", "supervisor/src/mcp.cpp",     "supervisor/src/preset.cpp",
+    "supervisor/src/scrub.cpp",       "child/tools/common.cpp",         "supervisor/src/cmd_run.cpp",
+    "child/tools/read_tools.cpp",     "supervisor/src/workspace.cpp",   "child/tools/process.cpp",
+    "supervisor/src/model_config.cpp", "supervisor/src/cmd_policy.cpp"};
+
+struct Loop {
+  int steps = 40;
+  double bpt = 4;
+  long think = 0;
+};
+
+Loop parse_loop(const std::string& scenario) {
+  Loop l;
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (pos <= scenario.size()) {
+    size_t c = scenario.find(':', pos);
+    parts.push_back(scenario.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (parts.size() > 1) l.steps = std::stoi(parts[1]);
+  if (parts.size() > 2) l.bpt = std::stod(parts[2]);
+  if (parts.size() > 3) l.think = std::stol(parts[3]);
+  return l;
+}
+
+void strip_cache_control(json& j) {
+  if (j.is_object()) j.erase("cache_control");
+  if (j.is_object() || j.is_array())
+    for (auto& v : j) strip_cache_control(v);
+}
+
+std::map<std::string, std::vector<std::string>> openai_prefixes;  // cache key -> earlier requests
+std::map<std::string, std::map<std::string, bool>> anthropic_cache;  // token -> prefixes written
+
+long tokens_of(size_t bytes, double bpt) { return long((double(bytes) + bpt - 1) / bpt); }
+
+// Input usage of an OpenAI request: {prompt_tokens, cached_tokens}.
+std::pair<long, long> openai_input(const json& body, const std::string& token, double bpt) {
+  const json& b = body;
+  std::string text = b.value("tools", json::array()).dump();
+  for (const auto& m : b.value("messages", json::array())) text += m.dump();
+  const long total = tokens_of(text.size(), bpt);
+  std::lock_guard lk(mu);
+  const std::string key = token + "|" + b.value("prompt_cache_key", std::string());
+  size_t best = 0;
+  for (const auto& prev : openai_prefixes[key]) {
+    size_t n = 0;
+    while (n < prev.size() && n < text.size() && prev[n] == text[n]) ++n;
+    best = std::max(best, n);
+  }
+  openai_prefixes[key].push_back(text);
+  long cached = long(double(best) / bpt);
+  cached = cached >= 1024 ? cached / 128 * 128 : 0;
+  return {total, std::min(cached, total)};
+}
+
+// Input usage of an Anthropic request: {uncached input, cache writes, cache reads}.
+std::tuple<long, long, long> anthropic_input(const json& body, const std::string& token, double bpt) {
+  std::vector<std::pair<std::string, bool>> blocks;  // serialized block (markers stripped), breakpoint?
+  auto add = [&](json block) {
+    const bool bp = block.is_object() && block.contains("cache_control");
+    strip_cache_control(block);
+    blocks.push_back({block.dump(), bp});
+  };
+  for (const auto& t : body.value("tools", json::array())) add(t);
+  if (body.contains("system")) {
+    if (body["system"].is_string()) add(json{{"type", "text"}, {"text", body["system"]}});
+    else for (const auto& b : body["system"]) add(b);
+  }
+  for (const auto& m : body.value("messages", json::array())) {
+    add(json{{"role", m.value("role", "")}});
+    if (m["content"].is_string()) add(json{{"type", "text"}, {"text", m["content"]}});
+    else for (const auto& b : m["content"]) add(b);
+  }
+  std::string prefix;
+  size_t read_bytes = 0, write_end = 0;
+  std::vector<std::string> written;
+  std::lock_guard lk(mu);
+  auto& cache = anthropic_cache[token];
+  for (const auto& [text, bp] : blocks) {
+    prefix += text;
+    if (!bp) continue;
+    if (long(double(prefix.size()) / bpt) < 1024) continue;  // under the minimum cacheable length
+    if (cache.count(prefix)) read_bytes = prefix.size();
+    else written.push_back(prefix);
+    write_end = prefix.size();
+  }
+  for (auto& w : written) cache[w] = true;
+  const long total = tokens_of(prefix.size(), bpt);
+  const long from_cache = long(double(read_bytes) / bpt);
+  const long to_cache = write_end > read_bytes ? long(double(write_end - read_bytes) / bpt) : 0;
+  return {std::max(0L, total - from_cache - to_cache), to_cache, from_cache};
+}
+
+size_t tool_results(const json& body) {
+  size_t n = 0;
+  for (const auto& m : body.value("messages", json::array())) {
+    if (m.value("role", "") == "tool") ++n;
+    if (m.contains("content") && m["content"].is_array())
+      for (const auto& b : m["content"])
+        if (b.is_object() && b.value("type", "") == "tool_result") ++n;
+  }
+  return n;
+}
+
+bool loop(int fd, const json& body, const std::string& scenario, const std::string& token, bool anthropic) {
+  const Loop l = parse_loop(scenario);
+  const size_t k = tool_results(body);
+  const bool has_tools = body.contains("tools") && !body["tools"].empty();
+  const bool call = has_tools && k < size_t(l.steps);
+  const size_t nfiles = sizeof kLoopFiles / sizeof *kLoopFiles;
+  const json args = {{"path", kLoopFiles[k % nfiles]},
+                     {"start_line", 1 + 60 * (k / nfiles)},
+                     {"end_line", 60 * (k / nfiles + 1)}};
+  const std::string text = call ? "Reading the next file." :
+      "## Summary\nExplored " + std::to_string(k) + " file windows of the repository.\n## What I did or found\n"
+      "Read the session, hub, HTTP and protocol code.\n## Evidence\n- supervisor/src/session.cpp:1 - the session\n";
+  const std::string args_text = args.dump();
+  const long visible = tokens_of(text.size() + (call ? args_text.size() + 9 : 0), 4);
+  Sse s(fd);
+  if (anthropic) {
+    long budget = 0;
+    if (auto t = body.find("thinking"); t != body.end() && t->is_object() && t->value("type", "") == "enabled")
+      budget = t->value("budget_tokens", 0L);
+    const long thinking = std::min(budget, l.think);
+    const long max_tokens = body.value("max_tokens", 0L);
+    auto [in, cache_write, cache_read] = anthropic_input(body, token, l.bpt);
+    s.event("message_start", {{"type", "message_start"},
+                              {"message", {{"id", "msg_loop"}, {"type", "message"}, {"role", "assistant"},
+                                           {"content", json::array()}, {"model", "fake"},
+                                           {"usage", {{"input_tokens", in}, {"cache_creation_input_tokens", cache_write},
+                                                      {"cache_read_input_tokens", cache_read}, {"output_tokens", 1}}}}}});
+    int idx = 0;
+    if (thinking > 0) {  // summarized thinking: a short text for many tokens served
+      s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "thinking_delta"}, {"thinking", "Next file."}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "signature_delta"}, {"signature", "SIG" + std::to_string(k)}}}});
+      s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
+      ++idx;
+    }
+    s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
+    ++idx;
+    if (call) {
+      s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx},
+                                      {"content_block", {{"type", "tool_use"}, {"id", "toolu_" + std::to_string(k)}, {"name", "read_file"}, {"input", json::object()}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "input_json_delta"}, {"partial_json", args_text}}}});
+      s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
+    }
+    json usage = {{"output_tokens", std::min(max_tokens, visible + thinking)}};
+    if (thinking > 0) usage["output_tokens_details"] = {{"thinking_tokens", thinking}};
+    s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", call ? "tool_use" : "end_turn"}}}, {"usage", usage}});
+    s.event("message_stop", {{"type", "message_stop"}});
+  } else {
+    auto [prompt, cached] = openai_input(body, token, l.bpt);
+    long reasoning = 0;
+    if (body.contains("reasoning_effort")) {
+      const std::string e = body["reasoning_effort"];
+      reasoning = std::min<long>(l.think * (e == "high" ? 4 : e == "medium" ? 2 : 1) / 2,
+                                 body.value("max_completion_tokens", body.value("max_tokens", 0L)) - visible);
+      reasoning = std::max(0L, reasoning);
+    }
+    s.data(chunk({{"role", "assistant"}, {"content", text}}));
+    if (call)
+      s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_" + std::to_string(k)}, {"type", "function"},
+                                     {"function", {{"name", "read_file"}, {"arguments", args_text}}}}}}}));
+    s.data(chunk(json::object(), call ? "tool_calls" : "stop"));
+    s.data({{"choices", json::array()},
+            {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", visible + reasoning},
+                       {"prompt_tokens_details", {{"cached_tokens", cached}}},
+                       {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}}}});
+    s.raw("data: [DONE]\n\n");
+  }
+  s.end();
+  return s.ok;
+}
+
 // Returns false to close the connection.
 bool model(int fd, const Req& r, const std::string& scenario, const std::string& token) {
   json body = json::parse(r.body, nullptr, false);
@@ -219,6 +413,37 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     attempt = ++attempts[token];
   }
   const bool anthropic = r.path.size() >= 9 && r.path.compare(r.path.size() - 9, 9, "/messages") == 0;
+  if (scenario.rfind("loop", 0) == 0) return loop(fd, body, scenario, token, anthropic);
+  if (scenario == "length" || scenario == "length-always") {
+    // The server's own token cap ends the turn inside a tool call; "length" answers a request without
+    // tools (the wrap-up turn) in full.
+    Sse s(fd);
+    const bool tools = body.contains("tools") && !body["tools"].empty();
+    if (scenario == "length" && !tools) {
+      if (anthropic) anthropic_message(s, false, "## Summary\nWrapped up after the cut.\n");
+      else openai_text(s, "## Summary\nWrapped up after the cut.\n", "stop");
+      return s.ok;
+    }
+    if (anthropic) {
+      s.event("message_start", {{"type", "message_start"}, {"message", {{"usage", {{"input_tokens", 40}}}}}});
+      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "Searching."}}}});
+      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 1},
+                                      {"content_block", {{"type", "tool_use"}, {"id", "toolu_cut"}, {"name", "grep"}, {"input", json::object()}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", 1}, {"delta", {{"type", "input_json_delta"}, {"partial_json", "{\"pattern\": \"re"}}}});
+      s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", "max_tokens"}}}, {"usage", {{"output_tokens", 12}}}});
+      s.event("message_stop", {{"type", "message_stop"}});
+    } else {
+      s.data(chunk({{"role", "assistant"}, {"content", "Searching."}}));
+      s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_cut"}, {"type", "function"},
+                                     {"function", {{"name", "grep"}, {"arguments", "{\"pattern\": \"re"}}}}}}}));
+      s.data(chunk(json::object(), "length"));
+      s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", 40}, {"completion_tokens", 12}}}});
+      s.raw("data: [DONE]\n\n");
+    }
+    s.end();
+    return s.ok;
+  }
   if (scenario == "text") {
     Sse s(fd);
     if (anthropic) anthropic_message(s, false);

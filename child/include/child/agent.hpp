@@ -8,10 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "child/trim.hpp"
+
 namespace child {
 
 // Returns the process exit code: 0 after a final message, 3 on a protocol error, 4 on cancel.
-int run_agent(int in_fd, int out_fd);
+int run_agent(int in_fd, int out_fd, TrimOptions trim = {});
 
 // The fixed shape of a final answer, parsed from the model's last message and completed with the
 // facts the child recorded itself (files it changed, commands it ran).

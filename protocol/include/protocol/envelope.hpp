@@ -46,9 +46,13 @@ struct Envelope {
   std::string reason;  // one sentence on why the child ended this way
   CappedText summary;
   CappedText answer;
+  // The answer was built from a model turn cut by the token cap (finish_reason length or budget),
+  // with no complete turn after it: a fragment, not a finished answer.
+  bool answer_partial = false;
   std::map<std::string, std::uint64_t> tools_used;  // tool name -> calls allowed and run
   std::uint64_t tools_denied = 0;
   Usage usage;
+  std::optional<double> cost_usd;  // estimated from the model config's price table; none without prices
   std::uint64_t steps = 0;
   std::uint64_t tool_calls = 0;
   std::uint64_t duration_ms = 0;

@@ -21,15 +21,22 @@ using json = nlohmann::json;
 inline constexpr int kVersion = 1;
 inline constexpr int kMinVersion = 1;
 
+// Token counts of one model call or of a whole child. `input_tokens` is every input token, cached or
+// not; `cache_read_input_tokens` and `cache_write_input_tokens` are the parts of it the provider read
+// from or wrote to its prompt cache. `reasoning_tokens` is the part of `output_tokens` spent thinking.
 struct Usage {
   std::uint64_t input_tokens = 0;
   std::uint64_t output_tokens = 0;
   std::uint64_t reasoning_tokens = 0;
+  std::uint64_t cache_read_input_tokens = 0;
+  std::uint64_t cache_write_input_tokens = 0;
   std::uint64_t total() const noexcept { return input_tokens + output_tokens; }
   Usage& operator+=(const Usage& o) noexcept {
     input_tokens += o.input_tokens;
     output_tokens += o.output_tokens;
     reasoning_tokens += o.reasoning_tokens;
+    cache_read_input_tokens += o.cache_read_input_tokens;
+    cache_write_input_tokens += o.cache_write_input_tokens;
     return *this;
   }
 };

@@ -34,7 +34,10 @@ struct Request {
   std::string user_agent = "subagent-supervisor";
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds total_timeout{60'000};
-  std::chrono::seconds stall_timeout{30};  // aborted when under 1 byte/s for this long
+  // No byte received for this long (counted from the start, then from the last byte): the transfer
+  // fails with Failure::stalled. Measured by the client's own timer, not curl's low-speed window
+  // (which averages over its whole period and fired seconds late).
+  std::chrono::milliseconds stall_timeout{30'000};
   std::size_t max_body_bytes = 8u << 20;   // the transfer fails once the body passes this
   bool proxy_from_environment = true;      // false: never use http_proxy & co (web_fetch)
   // Called with every address curl is about to connect to (after DNS, before connect(2), also for
@@ -50,7 +53,7 @@ enum class Failure {
   none,       // the exchange completed (whatever the HTTP status)
   connect,    // DNS, connect, TLS handshake, or the connection dropped before a response
   timeout,    // total timeout
-  stalled,    // low-speed limit: no progress for stall_timeout
+  stalled,    // no byte for stall_timeout
   truncated,  // the connection closed before the announced end of the body
   too_large,  // body over max_body_bytes
   refused,    // check_address refused every address

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/messages.hpp"
+#include "supervisor/model_config.hpp"
 
 namespace supervisor {
 
@@ -24,7 +26,10 @@ struct ModelCall {
   nlohmann::json messages = nlohmann::json::array();  // neutral chat messages (protocol/README.md)
   nlohmann::json tools = nlohmann::json::array();     // tool specs the model may call
   std::uint64_t max_tokens = 0;                       // output cap for this call (0: provider default)
+  // Thinking tokens this call may spend: what is left of the child's thinking budget (0: none). The
+  // provider sizes Anthropic's budget_tokens and OpenAI's reasoning_effort from it.
   std::uint64_t max_thinking_tokens = 0;
+  bool wrap_up = false;  // the wrap-up turn (no tools)
   // The child's wall-clock deadline: retries and backoff never run past it.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
@@ -37,7 +42,10 @@ struct ModelReply {
   std::vector<protocol::ToolCall> tool_calls;
   protocol::Usage usage;
   bool usage_estimated = false;  // the provider reported no usage; the numbers are estimates
-  std::string finish_reason;
+  std::string finish_reason;     // "length": the server's token cap; "budget": the supervisor cut the stream
+  // What the provider chose for this request (thinking budget, reasoning effort, cache breakpoints),
+  // for the transcript: nothing is switched off or rewritten without a trace.
+  nlohmann::json request = nlohmann::json::object();
 };
 
 class ModelProvider {
@@ -46,6 +54,8 @@ class ModelProvider {
   virtual std::string describe() const = 0;  // e.g. "replay:examples/demo.jsonl" (never a key)
   virtual void start(ModelCall call, std::function<void(ModelReply)> done) = 0;
   virtual void cancel() = 0;  // drops the call in flight, if any
+  // The model's list prices from the model config, when it has them (cost estimates and max_cost_usd).
+  virtual std::optional<Price> price() const { return std::nullopt; }
 };
 
 class ModelSpecError : public std::runtime_error {

@@ -16,6 +16,14 @@
 
 namespace supervisor {
 
+// List prices of one model, in US dollars per million tokens (docs/models.md, "Prices and cost").
+struct Price {
+  double input = 0;         // uncached input
+  double cached_input = 0;  // input read from the prompt cache
+  double cache_write = 0;   // input written to the prompt cache (Anthropic); OpenAI bills it as input
+  double output = 0;        // output, thinking included
+};
+
 struct ProviderConfig {
   std::string name;      // the config key, or "openai" / "anthropic" for the built-ins
   std::string type;      // "openai" (Chat Completions) | "anthropic" (Messages)
@@ -29,6 +37,9 @@ struct ProviderConfig {
   // No byte for this long: the stream is dead. Generous because reasoning models may send nothing
   // while they think (OpenAI streams no reasoning deltas).
   std::chrono::seconds stall_timeout{300};
+  // Prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (the child's id).
+  bool prompt_caching = true;
+  std::optional<Price> price;  // from the config's price table, for `model`
   std::size_t max_response_bytes = 16u << 20;
   unsigned max_retries = 4;                             // after the first attempt
   std::chrono::milliseconds retry_base_delay{500};      // doubled per retry, with jitter
@@ -37,6 +48,9 @@ struct ProviderConfig {
   // openai only
   std::string max_tokens_field = "max_tokens";  // "max_completion_tokens" for OpenAI's reasoning models
   bool stream_usage = true;                     // send stream_options.include_usage
+  // The highest reasoning_effort to send ("low" | "medium" | "high"); "" sends none (models without
+  // reasoning reject the field). Each call's effort is chosen from the thinking budget left.
+  std::string reasoning_effort;
   // anthropic only
   bool thinking = true;  // extended thinking, with budget_tokens from the child's thinking budget
   std::string anthropic_version = "2023-06-01";
@@ -44,6 +58,7 @@ struct ProviderConfig {
 
 struct ModelConfig {
   std::map<std::string, ProviderConfig> providers;
+  std::map<std::string, Price> prices;  // model name -> price
   std::string source;  // the file it came from ("" when none)
 };
 

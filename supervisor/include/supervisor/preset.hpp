@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,9 @@ struct Budgets {
   std::uint64_t answer_bytes = 48000;
   std::uint64_t tool_result_bytes = 16000;
   std::uint64_t wrap_up_grace_ms = 10'000;
+  // Estimated spend in US dollars at the model config's prices (none: no cost budget). Needs a price
+  // for the child's model; enforced with the same reservation as tokens (protocol/README.md).
+  std::optional<double> max_cost_usd;
 };
 
 // An argument rule: when `tool` is called with arguments matching `when`, the decision is `decision`.

@@ -41,4 +41,7 @@ nlohmann::json anthropic_tools(const nlohmann::json& specs);
 std::string anthropic_tool_id(const std::string& id);  // ids Anthropic accepts: [A-Za-z0-9_-]
 }  // namespace wire
 
+// OpenAI reasoning_effort for a call with `thinking_left` tokens of thinking budget, at most `ceiling`.
+std::string reasoning_effort_for(std::uint64_t thinking_left, const std::string& ceiling);
+
 }  // namespace supervisor

@@ -27,6 +27,7 @@
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
+#include "supervisor/budgets.hpp"
 #include "supervisor/model.hpp"
 #include "supervisor/preset.hpp"
 
@@ -83,8 +84,10 @@ struct SessionConfig {
   std::function<void(const Progress&)> on_progress;
 };
 
-// Output tokens allowed for the wrap-up turn when the budget that ran out was not the token budget.
+// Output tokens allowed for the wrap-up turn (never more than the budgets leave).
 inline constexpr std::uint64_t kWrapUpTurnTokens = 4096;
+// A call starts only if its estimated input plus this much output fits in what the budgets leave.
+inline constexpr std::uint64_t kMinOutputTokens = 256;
 
 class ChildSession : public std::enable_shared_from_this<ChildSession> {
  public:
@@ -122,6 +125,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void handle(const protocol::Final& m);
   void handle(const protocol::Log& m);
   void on_model_reply(const std::string& request_id, ModelReply reply);
+  std::uint64_t tokens_left() const;
+  std::uint64_t thinking_left() const;
+  std::uint64_t output_room(std::uint64_t est_input) const;
+  // Why a call of `est_input` input and `min_output` output may not start ("" when it may).
+  std::string reservation_refusal(std::uint64_t est_input, std::uint64_t min_output) const;
   void decide_tool(const protocol::ToolRequest& m);
   void send(const protocol::SupervisorMessage& m);
   void do_write();
@@ -181,6 +189,13 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::optional<std::string> model_in_flight_;
   std::string model_failed_;  // the last model call's error, until a call succeeds
   bool wrap_turn_used_ = false;
+  InputEstimator estimator_;
+  std::size_t pending_bytes_ = 0, pending_messages_ = 0;  // of the call in flight
+  std::uint64_t pending_estimate_ = 0;
+  std::optional<Price> price_;
+  double cost_usd_ = 0;
+  bool last_cut_ = false;  // the last completed model turn was cut by the token cap
+  std::string cut_text_;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
   std::uint64_t approvals_pending_ = 0;
 };
