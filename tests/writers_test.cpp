@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -117,12 +119,13 @@ TEST_CASE("implementation on a subdirectory: the child's own repository and its 
 TEST_CASE("a worker plants .git with every executable setting: later implementation steps run none of them") {
   test::TempDir ws, marks;
   ws.write("a.txt", "alpha\n");
-  ws.write("b.dat", "data\n");
   Cli cli;
   // A worker on a directory that is no repository makes it one, with a hostile configuration.
-  const std::string plant = "git init -q . && " + hostile_config(marks.path()) +
-                            " && git -c core.hooksPath=/dev/null -c user.name=c -c user.email=c@c add -A && "
-                            "git -c core.hooksPath=/dev/null -c user.name=c -c user.email=c@c commit -qm planted";
+  // (Its own git calls switch the programs off for themselves; the files keep them for later.)
+  const std::string quiet_git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.x.clean=cat "
+                                "-c filter.y.process= -c user.name=c -c user.email=c@c ";
+  const std::string plant = "git init -q . && " + hostile_config(marks.path()) + " && " + quiet_git + "add -A && " +
+                            quiet_git + "commit -qm planted";
   auto w = cli.run("worker", ws.path(), plant);
   json we = envelope(w);
   REQUIRE_MESSAGE(we["status"] == "completed", w.out << w.err);
@@ -133,7 +136,7 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
 
   // An implementation child on that directory: worktree add (smudge, post-checkout), patch
   // collection (clean, fsmonitor, textconv, external diff, pager), worktree removal.
-  auto r = cli.run("implementation", ws.path(), "echo beta > a.txt && echo more >> b.dat");
+  auto r = cli.run("implementation", ws.path(), "echo beta > a.txt && echo more > c.dat");
   json e = envelope(r);
   REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
   REQUIRE_MESSAGE(e["artifacts"]["patch"].contains("files"), e["artifacts"].dump());
@@ -150,22 +153,24 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
   // Twins: plain git in the same repository runs each of them.
   auto ran_now = [&](const std::string& name) { return fs::exists(marks.path() / name); };
   test::TempDir wt_parent;
-  REQUIRE(git(ws.path(), "worktree add -q --detach " + (wt_parent.path() / "w").string()).code == 0);
+  git(ws.path(), "worktree add -q --detach " + (wt_parent.path() / "w").string());
   CHECK(ran_now("smudge"));
   CHECK(ran_now("hook"));  // post-checkout
   ws.write("a.txt", "gamma\n");
-  ws.write("b.dat", "other\n");
+  fs::remove(ws.path() / "c.dat");
   git(ws.path(), "status --porcelain");
   CHECK(ran_now("fsmonitor"));
-  git(ws.path(), "add -A");
-  CHECK(ran_now("clean"));
-  CHECK(ran_now("process"));
-  git(ws.path(), "diff HEAD");
+  git(ws.path(), "diff");
   CHECK(ran_now("external"));
-  git(ws.path(), "diff --no-ext-diff HEAD");
+  git(ws.path(), "diff --no-ext-diff");
   CHECK(ran_now("textconv"));
   test::run({"/usr/bin/script", "-qec", "git log -1", "/dev/null"}, "", ws.path());  // a terminal: the pager runs
   CHECK(ran_now("pager"));
+  git(ws.path(), "add -A");
+  CHECK(ran_now("clean"));
+  ws.write("c.dat", "other\n");  // last: a failing process filter stops the commands after it
+  git(ws.path(), "add -A");
+  CHECK(ran_now("process"));
 }
 
 TEST_CASE("run_git: explicit git dir, no discovery, and a sandbox that executes nothing but git") {
@@ -226,7 +231,7 @@ TEST_CASE("two implementation children in parallel, on one repository and on a s
   make_repo(repo);
   Cli cli;
   test::RunResult a, b;
-  std::thread ta([&] { a = cli.run("implementation", repo.path(), "sleep 1; echo top > README"); });
+  std::thread ta([&] { a = cli.run("implementation", repo.path(), "sleep 1; echo TOP > README"); });
   std::thread tb([&] { b = cli.run("implementation", repo.path() / "sub", "sleep 1; echo sub > a.txt"); });
   ta.join();
   tb.join();
@@ -237,8 +242,9 @@ TEST_CASE("two implementation children in parallel, on one repository and on a s
   CHECK(eb["artifacts"]["patch"]["files"] == json::array({"a.txt"}));  // relative to its workspace
   CHECK(cli.apply(ea["id"]).code == 0);
   CHECK(cli.apply(eb["id"]).code == 0);
-  CHECK(test::slurp(repo.path() / "README") == "top\n");
+  CHECK(test::slurp(repo.path() / "README") == "TOP\n");
   CHECK(test::slurp(repo.path() / "sub/a.txt") == "sub\n");
+  CHECK_FALSE(fs::exists(repo.path() / "a.txt"));  // applied inside the subdirectory, not at the top
 }
 
 TEST_CASE("patch review: symlinks, modes, new executables, later-execution paths; apply refuses unless told") {
@@ -433,4 +439,82 @@ TEST_CASE("policy explain lists the later-execution paths and the patch caps") {
   CHECK(r.out.find("r--  .vscode") != std::string::npos);
   auto i = test::run({test::bin("subagent-supervisor").string(), "policy", "explain", "implementation"});
   CHECK(i.out.find("patch caps: 16777216 bytes, 2000 files") != std::string::npos);
+}
+
+TEST_CASE("mcp agent_apply: allow_flagged is explicit, and a wrong type is refused") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  json e = envelope(cli.run("implementation", repo.path(), "printf '#!/bin/sh\\n' > tool.sh && chmod +x tool.sh"));
+  REQUIRE(e["status"] == "completed");
+  const std::string id = e["id"];
+  auto call = [&](int n, json args) {
+    return json{{"jsonrpc", "2.0"}, {"id", n}, {"method", "tools/call"}, {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
+               .dump() + "\n";
+  };
+  std::string in =
+      json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
+           {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()},
+                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}.dump() + "\n" +
+      json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+      call(2, {{"child_id", id}, {"allow_flagged", "yes"}}) + call(3, {{"child_id", id}}) +
+      call(4, {{"child_id", id}, {"allow_flagged", true}});
+  auto r = test::run({test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(),
+                      "--workspace", repo.path().string(), "--no-transcript", "--audit-log",
+                      (cli.state.path() / "mcp-audit.jsonl").string()},
+                     in);
+  std::map<int, json> replies;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("id") && j["id"].is_number()) replies[j["id"]] = j;
+  }
+  REQUIRE_MESSAGE(replies.count(4), r.out << r.err);
+  CHECK(replies[2]["result"]["isError"] == true);
+  CHECK(replies[2].dump().find("allow_flagged: must be true or false") != std::string::npos);
+  CHECK(replies[3]["result"]["isError"] == true);
+  CHECK(replies[3].dump().find("new executable tool.sh") != std::string::npos);
+  CHECK(replies[4]["result"]["isError"] == false);
+  CHECK(fs::exists(repo.path() / "tool.sh"));
+}
+
+TEST_CASE("a planted .git naming another repository: the supervisor neither follows nor reads it") {
+  test::TempDir secret;
+  secret.write("secret.txt", "SECRET\n");
+  REQUIRE(git(secret.path(), "init -q").code == 0);
+  REQUIRE(git(secret.path(), "add -A").code == 0);
+  REQUIRE(git(secret.path(), "commit -qm secret").code == 0);
+  const std::string sg = (secret.path() / ".git").string();
+  const std::string probe = "test -e secret.txt && echo LEAK > leak.txt; echo ok > done.txt";
+  Cli cli;
+  SUBCASE("a .git file (gitdir: ...) that the repository does not name back") {
+    test::TempDir ws;
+    ws.write("a.txt", "a\n");
+    REQUIRE(envelope(cli.run("worker", ws.path(), "printf 'gitdir: " + sg + "\\n' > .git"))["status"] == "completed");
+    json e = envelope(cli.run("implementation", ws.path(), probe));
+    CHECK(e["status"] == "failed");
+    CHECK(e["reason"].get<std::string>().find("refusing to use it") != std::string::npos);
+    // Twin: plain git follows the planted file into the other repository.
+    CHECK(git(ws.path(), "log --oneline").out.find("secret") != std::string::npos);
+  }
+  SUBCASE("a .git directory whose refs and objects are symlinks into the other repository") {
+    test::TempDir ws;
+    ws.write("a.txt", "a\n");
+    REQUIRE(envelope(cli.run("worker", ws.path(),
+                             "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
+                             "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
+                             "ln -s " + sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] == "completed");
+    REQUIRE(git(secret.path(), "branch -m master").code == 0);
+    json e = envelope(cli.run("implementation", ws.path(), probe));
+    INFO(e.dump());
+    // The supervisor's git cannot read through the symlinks: no worktree of the other repository.
+    if (e["status"] == "completed") {
+      CHECK(contains(e["artifacts"]["patch"]["files"], "done.txt"));
+      CHECK_FALSE(contains(e["artifacts"]["patch"]["files"], "leak.txt"));
+    } else {
+      CHECK(e["status"] == "failed");
+    }
+    // Twin: plain git reads the other repository's history through them.
+    CHECK(git(ws.path(), "log --oneline").out.find("secret") != std::string::npos);
+  }
 }

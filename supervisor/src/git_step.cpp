@@ -39,11 +39,42 @@ struct Fd {
   }
 };
 
-// The step's own sandbox: read anything, write only where the step must, execute git alone.
+std::string read_first_line(const fs::path& f) {
+  std::ifstream in(f);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// What git must read for this step: the git dir, its common dir and their object alternates, the
+// work tree, the working directory and the write roots.
+std::vector<fs::path> repository_paths(const GitStep& s) {
+  std::vector<fs::path> out = {s.git_dir};
+  std::error_code ec;
+  fs::path common = s.git_dir;
+  if (std::string c = read_first_line(s.git_dir / "commondir"); !c.empty()) {
+    common = fs::path(c).is_relative() ? s.git_dir / c : fs::path(c);
+    out.push_back(fs::weakly_canonical(common, ec));
+  }
+  for (const auto& dir : {s.git_dir, common}) {
+    std::ifstream alt(dir / "objects" / "info" / "alternates");
+    for (std::string l; std::getline(alt, l);)
+      if (!l.empty() && l[0] != '#') out.push_back(fs::path(l).is_relative() ? dir / "objects" / l : fs::path(l));
+  }
+  if (!s.work_tree.empty()) out.push_back(s.work_tree);
+  if (!s.cwd.empty()) out.push_back(s.cwd);
+  for (const auto& w : s.write) out.push_back(w);
+  for (auto& p : out) p = p.lexically_normal();
+  return out;
+}
+
+// The step's own sandbox: read the repository, write only where the step must, execute git alone.
 sandbox::Policy git_policy(const GitStep& s) {
   sandbox::Policy p;
   p.source = "the sandbox of '" + s.what + "'";
-  p.read_paths = {"/"};
+  p.read_paths = {"/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/dev/null", "/dev/urandom"};
+  for (const auto& r : repository_paths(s)) p.read_paths.push_back(r.string());
+  for (const auto& r : s.read) p.read_paths.push_back(r.lexically_normal().string());
   p.write_paths = {"/dev/null"};
   for (const auto& w : s.write) p.write_paths.push_back(w.lexically_normal().string());
   // git-core holds git's helpers (git re-executes itself from there) and /usr/lib the dynamic
@@ -174,11 +205,13 @@ const std::vector<std::string> kFixed = {
 }  // namespace
 
 std::vector<std::string> git_neutralising_options(const fs::path& git_dir, const fs::path& work_tree) {
-  std::vector<std::string> opts;
+  std::vector<std::string> opts = {"--no-pager"};  // also beats pager.<command>
   for (const auto& o : kFixed) {
     opts.push_back("-c");
     opts.push_back(o);
   }
+  std::error_code ec;
+  if (!fs::is_directory(git_dir, ec)) return opts;  // git init: no configuration yet
   // Every driver the configuration defines (also through includes and the worktree's config),
   // read by a git that runs nothing: `git config` only parses files.
   GitStep list;
@@ -246,15 +279,27 @@ fs::path find_git_dir(const fs::path& dir, fs::path* top) {
       return dot;
     }
     if (!ec && fs::is_regular_file(st)) {
-      std::ifstream in(dot);
-      std::string line;
-      std::getline(in, line);
+      std::string line = read_first_line(dot);
       if (line.rfind("gitdir: ", 0) == 0) {
         fs::path g = line.substr(8);
         if (g.is_relative()) g = d / g;
+        g = fs::weakly_canonical(g, ec);
         if (fs::is_directory(g, ec)) {
+          // A linked worktree: its git dir names this .git file back.
+          std::string back = read_first_line(g / "gitdir");
+          bool vouched = !back.empty() && fs::weakly_canonical(back, ec) == fs::weakly_canonical(dot, ec);
+          // A submodule: its git dir lies in an ancestor's .git/modules.
+          for (fs::path a = d.parent_path(); !vouched && !a.empty(); a = a.parent_path()) {
+            auto rel = g.lexically_relative(a / ".git" / "modules");
+            if (!rel.empty() && *rel.begin() != ".." && fs::is_directory(a / ".git", ec)) vouched = true;
+            if (a == a.root_path()) break;
+          }
+          if (!vouched)
+            throw std::runtime_error("'" + dot.string() + "' names the git directory '" + g.string() +
+                                     "', which neither names it back (a linked worktree) nor is a submodule's; "
+                                     "refusing to use it (was it planted?)");
           if (top) *top = d;
-          return fs::weakly_canonical(g, ec);
+          return g;
         }
       }
     }

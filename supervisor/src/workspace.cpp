@@ -422,6 +422,10 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
   // (every step names the worktree's git dir). Their `.git` entries are removed before git looks at
   // the tree, so git cannot take them for embedded repositories; what else the child wrote there is
   // in the patch as ordinary files.
+  {
+    std::error_code ec;
+    fs::create_directories(wt.path, ec);  // git's working directory, whatever the child left
+  }
   p.review.nested_repositories = nested_repositories(wt.path, wt.top / ".git");
   for (const auto& n : p.review.nested_repositories) {
     std::error_code ec;
@@ -631,19 +635,26 @@ ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool a
       git_dir = scratch;
       top = ws;
     }
+    // Run at the top with the workspace as --directory: the patch's paths are relative to the
+    // workspace (a subdirectory when the child was spawned on one).
     GitStep check;
     check.what = "git apply --check";
     check.git_dir = git_dir;
     check.work_tree = top;
-    check.cwd = ws;
-    check.args = {"apply", "--check", "--binary", patch.string()};
+    check.cwd = top;
+    check.args = {"apply", "--check", "--binary"};
+    const fs::path rel = ws.lexically_relative(top);
+    if (!rel.empty() && rel != ".") check.args.push_back("--directory=" + rel.generic_string());
+    check.args.push_back(patch.string());
+    check.read = {patch};
     GitResult c = run_git(check);
     if (c.code != 0) {
       r.message = "the patch of child " + id + " no longer applies to " + ws.string() + "; nothing was changed:\n" + c.err;
     } else {
       GitStep apply = check;
       apply.what = "git apply";
-      apply.args = {"apply", "--binary", patch.string()};
+      apply.args = check.args;
+      apply.args.erase(apply.args.begin() + 1);  // "--check"
       apply.write = {top};
       GitResult a = run_git(apply);
       if (a.code != 0) {

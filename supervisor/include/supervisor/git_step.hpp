@@ -8,7 +8,8 @@
 //      name the repository's configuration defines.
 //   2. git runs in a sandbox of its own (sandbox::prepare/launch): no network, Landlock lets it
 //      execute only /usr/bin/git and /usr/lib (git-core, the dynamic loader) - no shell, nothing the
-//      child wrote - and write only where the step must.
+//      child wrote - read only the repository it was given (a symlink planted in it that leads
+//      elsewhere is unreadable) and the system's libraries, and write only where the step must.
 // Blocking; call on the thread that should outlive the step (PR_SET_PDEATHSIG).
 #pragma once
 
@@ -28,6 +29,8 @@ struct GitStep {
   std::filesystem::path cwd;             // empty: work_tree, else git_dir
   std::vector<std::string> args;         // the git command and its arguments
   std::vector<std::filesystem::path> write;  // directories the step may write (besides /dev/null)
+  std::vector<std::filesystem::path> read;   // files or directories it may read besides the repository's own
+                                             // (git dir, its common dir and alternates, work tree, cwd)
   // Where stdout goes: captured into GitResult::out up to max_out bytes, or, when set, handed to
   // this sink chunk by chunk (return false to stop: the step is killed and `stopped` is set).
   std::function<bool(std::string_view)> out_sink;
@@ -57,7 +60,10 @@ GitResult must_git(const GitStep& step);
 
 // The git directory of the repository that contains `dir`, found without running git: the nearest
 // ancestor (or dir itself) holding a `.git` directory, or a `.git` file whose "gitdir: X" line names
-// one. Empty when there is none. `top` receives the repository's top directory.
+// one that vouches for it: a linked worktree's git dir whose `gitdir` file points back at this
+// `.git`, or a submodule's git dir under an ancestor's `.git/modules`. A `.git` file naming any other
+// directory (a child could plant one naming a repository it cannot read) is refused with
+// std::runtime_error. Empty when there is none. `top` receives the repository's top directory.
 std::filesystem::path find_git_dir(const std::filesystem::path& dir, std::filesystem::path* top = nullptr);
 
 }  // namespace supervisor
