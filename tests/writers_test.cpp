@@ -518,3 +518,31 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
     CHECK(git(ws.path(), "log --oneline").out.find("secret") != std::string::npos);
   }
 }
+
+TEST_CASE("the writes section: bad entries are refused naming the field; absent means the shipped defaults") {
+  json doc = supervisor::read_jsonc_file(test::policy_dir() / "worker.json");
+  auto parse = [&](const json& writes) {
+    json d = doc;
+    d["writes"] = writes;
+    return supervisor::parse_preset(d, "worker.json", "x");
+  };
+  for (const std::string bad : {"../up", "/abs", "**/a/b", "a/./b", ""}) {
+    INFO(bad);
+    try {
+      parse({{"later_execution", {bad}}});
+      FAIL("accepted");
+    } catch (const supervisor::PresetError& e) {
+      CHECK(std::string(e.what()).find("writes.later_execution") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH_AS(parse({{"max_patch_bytes", 0}}), doctest::Contains("writes.max_patch_bytes"), supervisor::PresetError);
+  CHECK_THROWS_WITH_AS(parse({{"bogus", 1}}), doctest::Contains("writes.bogus"), supervisor::PresetError);
+  CHECK(parse({{"later_execution", {"**/.envrc", "tools/run.sh"}}}).writes.later_execution.size() == 2);  // twin
+  json d = doc;
+  d.erase("writes");
+  CHECK(supervisor::parse_preset(d, "worker.json", "x").writes.later_execution == supervisor::default_later_execution());
+  CHECK(supervisor::is_later_execution("a/b/.git/config", {"**/.git"}));
+  CHECK(supervisor::is_later_execution(".github/workflows/ci.yml", {".github/workflows"}));
+  CHECK_FALSE(supervisor::is_later_execution(".github/CODEOWNERS", {".github/workflows"}));
+  CHECK_FALSE(supervisor::is_later_execution("src/git.c", {"**/.git"}));
+}
