@@ -263,14 +263,17 @@ void Hub::start_later_execution_watch(Child& c) {
   c.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
   const std::string hooks = hooks_path_inside(c.req.workspace);
   if (!hooks.empty()) c.later_execution.push_back(hooks);
-  for (const auto& rel : find_later_execution(c.req.workspace, c.later_execution))
-    c.later_protected.push_back((c.req.workspace / rel).string());
-  c.later_before = snapshot_later_execution(c.req.workspace, c.later_execution);
+  const std::vector<std::string> existing = find_later_execution(c.req.workspace, c.later_execution);
+  for (const auto& rel : existing) c.later_protected.push_back((c.req.workspace / rel).string());
+  // What exists is read-only in the child: its own identity is enough to compare.
+  c.later_before = snapshot_later_execution(c.req.workspace, c.later_execution, existing);
 }
 
 void Hub::finish_later_execution_watch(Child& c, protocol::Envelope& e) {
   if (c.later_execution.empty()) return;
-  LaterExecutionSnapshot after = snapshot_later_execution(c.req.workspace, c.later_execution);
+  std::vector<std::string> known;
+  for (const auto& [rel, id] : c.later_before.entries) known.push_back(rel);
+  LaterExecutionSnapshot after = snapshot_later_execution(c.req.workspace, c.later_execution, known);
   std::vector<std::string> changed = later_execution_changes(c.later_before, after);
   std::vector<std::string> nested;
   for (const auto& p : changed) {

@@ -257,10 +257,12 @@ std::vector<std::string> find_later_execution(const fs::path& workspace, const s
   return {found.begin(), found.end()};
 }
 
-LaterExecutionSnapshot snapshot_later_execution(const fs::path& workspace, const std::vector<std::string>& list) {
+LaterExecutionSnapshot snapshot_later_execution(const fs::path& workspace, const std::vector<std::string>& list,
+                                                const std::vector<std::string>& shallow) {
   LaterExecutionSnapshot s;
   for (const auto& rel : find_later_execution(workspace, list, 200000, &s.complete)) {
     s.entries[rel] = identity(workspace / rel);
+    if (std::find(shallow.begin(), shallow.end(), rel) != shallow.end()) continue;
     std::error_code ec;
     // What lies beneath a matched directory, too (bounded): a file added to an absent-at-start
     // directory or to one a policy did not protect.

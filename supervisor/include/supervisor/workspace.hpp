@@ -77,8 +77,11 @@ struct LaterExecutionSnapshot {
   std::map<std::string, std::string> entries;  // relative path -> identity
   bool complete = true;
 };
+// Paths in `shallow` (read-only in the child, so nothing beneath them can change) get their own
+// identity only; the others are walked (bounded).
 LaterExecutionSnapshot snapshot_later_execution(const std::filesystem::path& workspace,
-                                                const std::vector<std::string>& list);
+                                                const std::vector<std::string>& list,
+                                                const std::vector<std::string>& shallow = {});
 // Paths created, changed or removed between the two snapshots, sorted.
 std::vector<std::string> later_execution_changes(const LaterExecutionSnapshot& before,
                                                  const LaterExecutionSnapshot& after);
