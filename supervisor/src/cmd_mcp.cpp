@@ -268,8 +268,13 @@ struct McpServer {
         return send(mcp::result_message(r.id, mcp::tool_result({{"child_id", child}, {"state", hub->info(child)->state}})));
       }
       if (name == "agent_apply") {
-        std::string child = mcp::parse_child_id(args);
-        ApplyResult a = apply_patch(opts.base.workspaces.state_dir, child);
+        std::string child = mcp::parse_child_id(args, {"allow_flagged"});
+        bool allow_flagged = false;
+        if (args.contains("allow_flagged")) {
+          if (!args["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
+          allow_flagged = args["allow_flagged"];
+        }
+        ApplyResult a = apply_patch(opts.base.workspaces.state_dir, child, allow_flagged);
         json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
         res["isError"] = !a.ok;
         return send(mcp::result_message(r.id, res));

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "sandbox/explain.hpp"
+#include "supervisor/workspace.hpp"
 #include "supervisor/cli.hpp"
 #include "supervisor/policy_lint.hpp"
 #include "supervisor/preset.hpp"
@@ -157,6 +158,41 @@ int check(Args& args) {
   return bad ? 1 : 0;
 }
 
+// What a writer may not change unseen, and the caps on its patch.
+void explain_writes(const Preset& p, const std::string& workspace) {
+  if (p.workspace_mode == "read") return;
+  const WritePolicy& w = p.writes;
+  std::printf("\nWRITES (workspace mode %s)\n", p.workspace_mode.c_str());
+  std::printf("  later-execution paths (contents that run on the user's next ordinary command), relative to the\n"
+              "  workspace; **/NAME: NAME at any depth. Always added: **/.git and the repository's core.hooksPath\n"
+              "  target, read at spawn.\n");
+  for (const auto& e : w.later_execution) std::printf("    %s\n", e.c_str());
+  if (p.workspace_mode == "write_locked")
+    std::printf("  existing ones: read-only bind mounts in the child (writes: EROFS); ones the child creates: flagged in\n"
+                "  the envelope's artifacts.later_execution (the kernel cannot refuse a name that does not exist yet).\n"
+                "  lock: exclusive on the repository top (or the workspace), shared on every ancestor: no other writer\n"
+                "  above or below runs at the same time, in any supervisor process.\n");
+  else
+    std::printf("  a patch that touches them is flagged in artifacts.patch.review; apply refuses flagged changes\n"
+                "  (these, symlinks, mode changes, new executables) without --allow-flagged, and symlinks that are\n"
+                "  absolute or leave the workspace always. Nested repositories are left out of the patch.\n"
+                "  patch caps: %llu bytes, %llu files (writes.max_patch_bytes, writes.max_patch_files)\n",
+                (unsigned long long)w.max_patch_bytes, (unsigned long long)w.max_patch_files);
+  if (!workspace.empty() && p.workspace_mode == "write_locked") {
+    std::vector<std::string> list = w.later_execution;
+    list.push_back("**/.git");
+    const std::string hooks = hooks_path_inside(workspace);
+    if (!hooks.empty()) list.push_back(hooks);
+    bool complete = true;
+    auto found = find_later_execution(workspace, list, 200000, &complete);
+    std::printf("  in %s now%s:\n", workspace.c_str(), complete ? "" : " (scan stopped early)");
+    for (const auto& f : found) std::printf("    r--  %s\n", f.c_str());
+    if (found.empty()) std::printf("    (none exist)\n");
+  }
+  std::printf("  git steps the supervisor runs on these trees (worktree add, patch collection, apply) run sandboxed\n"
+              "  (exec only /usr/bin/git and /usr/lib, no network) with every executable git setting overridden.\n");
+}
+
 void explain_text(const Preset& p, const std::string& workspace) {
   const auto& s = p.sandbox;
   std::printf("preset %s  (%s, sha256 %s)\n%s\n\n", p.name.c_str(), p.source.string().c_str(), p.digest.substr(0, 16).c_str(),
@@ -255,6 +291,7 @@ void explain_text(const Preset& p, const std::string& workspace) {
               (unsigned long long)b.max_thinking_tokens, (unsigned long long)(b.timeout_ms / 1000),
               (unsigned long long)(b.wrap_up_grace_ms / 1000), (unsigned long long)b.summary_bytes,
               (unsigned long long)b.answer_bytes, (unsigned long long)b.tool_result_bytes);
+  explain_writes(p, workspace);
 
   std::printf("\nTHIS KERNEL\n");
   std::set<std::string> required(s.required.begin(), s.required.end());
@@ -285,6 +322,9 @@ int explain(Args& args) {
   out["source"] = p.source.string();
   out["sha256"] = p.digest;
   out["policy"] = p.raw;
+  out["writes"] = {{"later_execution", p.writes.later_execution},
+                   {"max_patch_bytes", p.writes.max_patch_bytes},
+                   {"max_patch_files", p.writes.max_patch_files}};
   out["syscalls"] = json::array();
   for (const auto& d : sandbox::syscall_table(p.sandbox))
     out["syscalls"].push_back(

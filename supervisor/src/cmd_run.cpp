@@ -19,6 +19,7 @@
 #include "supervisor/budgets.hpp"
 #include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
+#include "supervisor/hub.hpp"
 #include "supervisor/scrub.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/session.hpp"
@@ -68,9 +69,15 @@ Options:
   --redact-file FILE       values to scrub, one per line
   --parent NAME            who is asking, for the audit log (default: cli)
   --search-endpoint URL    SearxNG-compatible JSON search for web_search (default $SUBAGENT_SEARCH_ENDPOINT)
+  --state-dir DIR          worktrees and patches (default $SUBAGENT_STATE_DIR, else $XDG_STATE_HOME/subagent-supervisor)
+  --lock-dir DIR           workspace locks (shared by every supervisor of this user)
   -h, --help               this text
 
 Limits may only tighten the preset's: asking for more is refused before anything starts.
+Workspace modes hold as in serve and mcp: a worker takes the workspace lock (waiting, with a line on
+stderr, while another writer holds it or a directory above or below it; the wait counts against
+--timeout); an implementation child works in an isolated worktree and the envelope's
+artifacts.patch names the reviewed patch for `subagent-supervisor apply ID`.
 Approvals: when stdin and stderr are a terminal, a tool call the policy marks "ask" is put to you on
 the terminal (y/N); without a terminal nobody can answer, so it is denied at once.
 Progress (steps, tool calls, tokens, elapsed) goes to stderr when stderr is a terminal; the child's
@@ -153,6 +160,7 @@ std::string human(std::uint64_t n) {
 int cmd_run(Args args) {
   std::string preset_name, workspace, brief, description, model, policy_dir, child;
   std::string transcript_dir, audit_file, parent = "cli", search_endpoint = default_search_endpoint();
+  std::string state_dir, lock_dir;
   std::vector<std::string> redact;
   std::uint64_t keep_transcripts = 200;
   bool no_transcript = false;
@@ -204,6 +212,8 @@ int cmd_run(Args args) {
       }
       else if (f == "--parent") parent = args.value(f);
       else if (f == "--search-endpoint") search_endpoint = args.value(f);
+      else if (f == "--state-dir") state_dir = args.value(f);
+      else if (f == "--lock-dir") lock_dir = args.value(f);
       else throw UsageError("unknown option '" + f + "' (see run --help)");
     }
     if (preset_name.empty()) throw UsageError("--preset is required (see run --help)");
@@ -216,21 +226,21 @@ int cmd_run(Args args) {
     return kUsageError;
   }
 
-  SessionConfig cfg;
+  // Checked here so that errors name the command line's flags; the hub checks the same again.
+  fs::path ws, child_executable;
+  std::shared_ptr<Preset> preset;
+  const fs::path policies = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
   try {
-    auto preset = std::make_shared<Preset>(load_preset(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir)));
-    cfg.budgets = tighten(preset->budgets, o, "the preset " + preset->name);
-    cfg.preset = std::move(preset);
+    preset = std::make_shared<Preset>(load_preset(preset_name, policies));
+    (void)tighten(preset->budgets, o, "the preset " + preset->name);
     std::error_code ec;
-    fs::path ws = fs::canonical(workspace, ec);
+    ws = fs::canonical(workspace, ec);
     if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
     if (!allow_unsafe_workspace) sandbox::check_workspace(workspace, "workspace");
-    cfg.workspace = ws;
-    cfg.allow_unsafe_workspace = allow_unsafe_workspace;
     validate_model_spec(model);
-    cfg.child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
-    if (::access(cfg.child_executable.c_str(), X_OK) != 0)
-      throw std::runtime_error("child program '" + cfg.child_executable.string() + "' is not an executable file");
+    child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
+    if (::access(child_executable.c_str(), X_OK) != 0)
+      throw std::runtime_error("child program '" + child_executable.string() + "' is not an executable file");
   } catch (const WideningError& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return kUsageError;
@@ -242,39 +252,52 @@ int cmd_run(Args args) {
     return 1;
   }
 
+  // One child through the hub, the same scheduling path as serve and mcp: the workspace lock for
+  // writers, an isolated worktree and a reviewed patch for implementation children.
   boost::asio::io_context io;
-  cfg.id = new_child_id();
-  cfg.brief = brief;
-  cfg.description = description;
-  cfg.child_args = child_args;
-  cfg.max_line = max_line;
-  cfg.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+  HubConfig hc;
+  hc.policy_dir = policies;
+  hc.child_executable = child_executable;
+  hc.child_args = child_args;
+  hc.max_concurrent = 1;
+  hc.max_per_turn = 1;
+  hc.allow_unsafe_workspace = allow_unsafe_workspace;
+  hc.default_model = model;
+  hc.parent = parent;
+  hc.workspaces = default_workspace_config();
+  if (!state_dir.empty()) hc.workspaces.state_dir = fs::absolute(state_dir);
+  if (!lock_dir.empty()) hc.workspaces.lock_dir = fs::absolute(lock_dir);
+  hc.search_endpoint = search_endpoint;
+  hc.max_line = max_line;
+  hc.handshake_timeout = std::chrono::milliseconds(handshake_ms);
   const bool tty = !quiet && ::isatty(STDERR_FILENO);
   bool progress_shown = false;
-  cfg.on_log = [&](const std::string& line) {
+  hc.on_log = [&](const std::string& line) {
     if (progress_shown) std::fputs("\r\033[K", stderr);
     progress_shown = false;
     std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  hc.on_waiting = [&](const std::string& id, const std::string& why) {
+    if (quiet) return;
+    std::fprintf(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), why.c_str());
   };
   // Everything below reaches stderr, stdout or the disk scrubbed (docs/transcripts.md).
   ScrubOptions scrub_options;
   scrub_options.literals = redact;
   auto scrubber = std::make_shared<const Scrubber>(scrub_options);
-  std::shared_ptr<TranscriptStore> store;
   if (!no_transcript) {
     TranscriptOptions t;
     t.dir = transcript_dir;
     t.keep = keep_transcripts;
-    store = std::make_shared<TranscriptStore>(t, scrubber);
+    hc.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
   }
-  auto audit = std::make_shared<AuditLog>(
-      AuditOptions{!audit_file.empty() ? fs::path(audit_file) : store ? store->dir() / "audit.jsonl" : default_audit_file()},
+  hc.audit = std::make_shared<AuditLog>(
+      AuditOptions{!audit_file.empty()  ? fs::path(audit_file)
+                   : hc.transcripts     ? hc.transcripts->dir() / "audit.jsonl"
+                                        : default_audit_file()},
       scrubber);
-  auto web = web_tools_for(io, *cfg.preset, std::nullopt, search_endpoint);
-  cfg.brokered = web;
-  auto records = SessionRecords::attach(cfg, store, audit, parent);
   if (tty) {
-    cfg.on_progress = [&](const Progress& p) {
+    hc.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",
                    p.id.c_str(), p.state.c_str(), (unsigned long long)p.steps, (unsigned long long)p.max_steps,
                    (unsigned long long)p.tool_calls, (unsigned long long)p.max_tool_calls, human(p.tokens).c_str(),
@@ -288,35 +311,46 @@ int cmd_run(Args args) {
     int tty_fd = ::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (tty_fd >= 0) {
       terminal = std::make_unique<TerminalApprover>(io, tty_fd);
-      cfg.approver = [&terminal](const ApprovalRequest& r, ApprovalReply reply) { terminal->ask(r, std::move(reply)); };
+      hc.approver = [&terminal](const ApprovalRequest& r, ApprovalReply reply) { terminal->ask(r, std::move(reply)); };
     }
   }
-  // Without a terminal nobody can answer: "ask" is denied at once (cfg.approver stays empty).
-  std::shared_ptr<ChildSession> session;
+  // Without a terminal nobody can answer: "ask" is denied at once (hc.approver stays empty).
+  Hub hub(io, hc);
+  SpawnRequest req;
+  req.preset = preset_name;
+  req.brief = brief;
+  req.description = description;
+  req.workspace = ws;
+  req.model = model;
+  req.limits = o;
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  int status = 1;
+  std::string id;
+  bool finished = false;
   try {
-    session = ChildSession::create(io, cfg, make_provider(model, io));
+    id = hub.spawn(req, [&](const protocol::Envelope& e) {
+      finished = true;
+      if (progress_shown) std::fputs("\n", stderr);
+      std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      status = protocol::exit_code_for(e.status);
+      signals.cancel();
+    });
+  } catch (const WideningError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return 1;
   }
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](boost::system::error_code ec, int sig) {
-    if (!ec) session->cancel(sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
-  });
-  int status = 1;
-  session->start([&](const protocol::Envelope& done) {
-    protocol::Envelope e = done;
-    if (web) attach_sources(e, *web);
-    records->finish(e);  // scrubbed; e.transcript set, or null with the reason already logged
-    if (progress_shown) std::fputs("\n", stderr);
-    std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-    status = protocol::exit_code_for(e.status);
-    signals.cancel();
-  });
-  io.run();
+  if (!finished) {
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+      if (!ec) hub.cancel(id, sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+    });
+    io.run();
+  }
   return status;
 }
 

@@ -72,7 +72,12 @@ struct Server {
       }
       if (type == "apply") {
         std::string child = child_id(m);
-        ApplyResult r = apply_patch(base.workspaces.state_dir, child);
+        bool allow_flagged = false;
+        if (m.contains("allow_flagged")) {
+          if (!m["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
+          allow_flagged = m["allow_flagged"];
+        }
+        ApplyResult r = apply_patch(base.workspaces.state_dir, child, allow_flagged);
         return parent->send({{"type", "applied"}, {"id", id}, {"child_id", child}, {"ok", r.ok}, {"message", r.message},
                              {"files", r.files}});
       }

@@ -23,6 +23,10 @@ struct Hub::Child {
   std::shared_ptr<ChildSession> session;
   std::optional<WorkspaceLock> lock;
   std::optional<Worktree> worktree;
+  // A worker's later-execution paths: the list it was started with and what existed then.
+  std::vector<std::string> later_execution;
+  LaterExecutionSnapshot later_before;
+  std::vector<std::string> later_protected;  // absolute, read-only in the child
   std::optional<protocol::Envelope> envelope;
   std::shared_ptr<SessionRecords> records;
   std::shared_ptr<WebTools> web;
@@ -187,12 +191,20 @@ SessionConfig Hub::session_config(Child& c) {
   s.on_log = cfg_.on_log;
   s.on_event = cfg_.on_event;
   s.on_progress = cfg_.on_progress;
+  s.max_line = cfg_.max_line;
+  s.handshake_timeout = cfg_.handshake_timeout;
   c.web = web_tools_for(io_, *c.preset, c.req.domains, cfg_.search_endpoint);
   s.brokered = c.web;
   if (c.worktree && c.worktree->git) {
     // The worktree's git metadata lives in the source repository: readable, never writable.
     auto p = std::make_shared<Preset>(*c.preset);
     p->sandbox.read_paths.push_back(c.worktree->git_common_dir.string());
+    s.preset = p;
+  }
+  if (!c.later_protected.empty()) {
+    // Later-execution paths that exist are read-only binds, like the policy's protected paths.
+    auto p = std::make_shared<Preset>(*s.preset);
+    for (const auto& path : c.later_protected) p->sandbox.protected_paths.push_back(path);
     s.preset = p;
   }
   return s;
@@ -209,11 +221,22 @@ bool Hub::try_start(Child& c) {
       return true;
     }
     if (!lock) {
+      const bool first = c.state != "waiting_for_lock";
       c.state = "waiting_for_lock";
-      c.waiting_for = "another writer holds the workspace " + c.req.workspace.string();
+      c.waiting_for = "another writer holds the workspace " + c.req.workspace.string() +
+                      " (or a directory above or below it)";
+      if (first && cfg_.on_waiting) cfg_.on_waiting(c.id, c.waiting_for);
       return false;
     }
     c.lock = std::move(lock);
+    try {
+      start_later_execution_watch(c);
+    } catch (const std::exception& e) {
+      c.lock.reset();
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
+                                    std::string("could not inspect the workspace's later-execution paths: ") + e.what()));
+      return true;
+    }
   }
   if (c.preset->workspace_mode == "worktree") {
     try {
@@ -246,6 +269,38 @@ bool Hub::try_start(Child& c) {
   return true;
 }
 
+void Hub::start_later_execution_watch(Child& c) {
+  c.later_execution = c.preset->writes.later_execution;
+  c.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
+  const std::string hooks = hooks_path_inside(c.req.workspace);
+  if (!hooks.empty()) c.later_execution.push_back(hooks);
+  const std::vector<std::string> existing = find_later_execution(c.req.workspace, c.later_execution);
+  for (const auto& rel : existing) c.later_protected.push_back((c.req.workspace / rel).string());
+  // What exists is read-only in the child: its own identity is enough to compare.
+  c.later_before = snapshot_later_execution(c.req.workspace, c.later_execution, existing);
+}
+
+void Hub::finish_later_execution_watch(Child& c, protocol::Envelope& e) {
+  if (c.later_execution.empty()) return;
+  std::vector<std::string> known;
+  for (const auto& [rel, id] : c.later_before.entries) known.push_back(rel);
+  LaterExecutionSnapshot after = snapshot_later_execution(c.req.workspace, c.later_execution, known);
+  std::vector<std::string> changed = later_execution_changes(c.later_before, after);
+  std::vector<std::string> nested;
+  for (const auto& p : changed) {
+    fs::path rel(p);
+    if (rel.filename() == ".git") nested.push_back(rel.parent_path().empty() ? "." : rel.parent_path().string());
+  }
+  json j = {{"changed", changed},
+            {"new_repositories", nested},
+            {"protected", c.later_protected},
+            {"scan_complete", c.later_before.complete && after.complete}};
+  if (!changed.empty())
+    j["warning"] = "the child created or changed paths whose contents run on the user's next ordinary command "
+                   "(git, an editor, an agent, CI); review them before using this workspace";
+  e.artifacts["later_execution"] = j;
+}
+
 void Hub::pump() {
   bool waiting_on_lock = false;
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -263,6 +318,12 @@ void Hub::pump() {
     }
     if (try_start(c)) {
       it = queue_.erase(it);
+    } else if (std::chrono::steady_clock::now() - c.queued_at >= std::chrono::milliseconds(c.budgets.timeout_ms)) {
+      // The wall-clock budget covers the wait for the lock too.
+      const std::string why = "waited " + std::to_string(c.budgets.timeout_ms) + " ms (the child's timeout) for the " +
+                              "workspace lock: " + c.waiting_for;
+      it = queue_.erase(it);
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::timeout, why));
     } else {
       waiting_on_lock = true;
       ++it;
@@ -289,16 +350,21 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
   if (it == children_.end()) return;
   Child& c = *it->second;
   --running_;
-  c.lock.reset();  // the next writer may go
+  if (c.lock) {
+    finish_later_execution_watch(c, e);
+    c.lock.reset();  // the next writer may go
+  }
   if (c.worktree) {
     try {
-      Patch p = collect_patch(*c.worktree, cfg_.workspaces.state_dir, c.id);
+      Patch p = collect_patch(*c.worktree, cfg_.workspaces.state_dir, c.id, c.preset->writes);
       e.artifacts["patch"] = {{"path", p.file.string()},
                               {"files", p.files},
                               {"bytes", p.bytes},
                               {"base", c.worktree->base},
                               {"workspace", c.req.workspace.string()},
-                              {"apply", "subagent-supervisor apply " + c.id}};
+                              {"review", to_json(p.review)},
+                              {"apply", "subagent-supervisor apply " + c.id +
+                                            (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
     } catch (const std::exception& ex) {
       e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
     }

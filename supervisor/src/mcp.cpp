@@ -282,12 +282,20 @@ json tool_definitions(const std::vector<Preset>& presets) {
                    {"required", {"child_id", "state"}}}},
                  {"annotations", annotations("Cancel a subagent", false, true, true, false)}};
 
+  json apply_in = child_id_schema("the finished child whose patch to apply");
+  apply_in["properties"]["allow_flagged"] = {
+      {"type", "boolean"},
+      {"description",
+       "apply even though the patch's review flags symlinks, mode changes, new executables or later-execution paths "
+       "(hooks, CI, agent and editor configuration); only after reviewing them. Symlinks leaving the workspace are "
+       "refused regardless"}};
   json apply = {{"name", "agent_apply"},
                 {"title", "Apply a subagent's patch"},
                 {"description",
                  "Apply the patch a finished worktree child (such as implementation) returned to the workspace it "
-                 "was spawned on. A patch that no longer applies is reported and nothing is changed."},
-                {"inputSchema", child_id_schema("the finished child whose patch to apply")},
+                 "was spawned on. A patch that no longer applies is reported and nothing is changed. A patch whose review "
+                 "(the envelope's artifacts.patch.review) flags changes is refused unless allow_flagged is true."},
+                {"inputSchema", apply_in},
                 {"outputSchema",
                  {{"type", "object"},
                   {"properties",

@@ -1,4 +1,5 @@
 #include "supervisor/preset.hpp"
+#include "supervisor/workspace.hpp"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -168,7 +169,7 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   const std::string file = source.filename().string();
   Reader r(file);
   if (!doc.is_object()) r.fail("(top level)", "must be a JSON object");
-  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "workspace_mode", "tools", "blocked", "web", "budgets", "sandbox"});
+  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "workspace_mode", "tools", "blocked", "web", "writes", "budgets", "sandbox"});
   if (r.number(doc, "schema", "", 1, true) != 1) r.fail("schema", "must be 1 (the only version this build reads)");
 
   Preset p;
@@ -233,6 +234,29 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
     p.web.deny_domains = r.strings(w, "deny_domains", "web.", false);
     p.web.max_fetch_bytes = r.number(w, "max_fetch_bytes", "web.", p.web.max_fetch_bytes, false);
     p.web.fetch_timeout_ms = r.seconds_ms(w, "fetch_timeout_seconds", "web.", p.web.fetch_timeout_ms, false);
+  }
+
+  p.writes.later_execution = default_later_execution();
+  if (doc.contains("writes")) {
+    const json& w = r.object(doc, "writes", "");
+    r.only_keys(w, "writes", {"later_execution", "max_patch_bytes", "max_patch_files"});
+    if (w.contains("later_execution")) {
+      p.writes.later_execution = r.strings(w, "later_execution", "writes.", false);
+      for (const auto& e : p.writes.later_execution) {
+        const std::string rest = e.rfind("**/", 0) == 0 ? e.substr(3) : e;
+        const fs::path rp(rest);
+        bool bad = rest.empty() || rp.is_absolute() || (e.rfind("**/", 0) == 0 && rest.find('/') != std::string::npos);
+        for (const auto& part : rp)
+          if (part == ".." || part == ".") bad = true;
+        if (bad)
+          r.fail("writes.later_execution",
+                 "entry '" + e + "' must be a relative path without '.' or '..', or \"**/NAME\" for one name at any depth");
+      }
+    }
+    p.writes.max_patch_bytes = r.number(w, "max_patch_bytes", "writes.", p.writes.max_patch_bytes, false);
+    p.writes.max_patch_files = r.number(w, "max_patch_files", "writes.", p.writes.max_patch_files, false);
+    if (p.writes.max_patch_bytes == 0) r.fail("writes.max_patch_bytes", "must be positive");
+    if (p.writes.max_patch_files == 0) r.fail("writes.max_patch_files", "must be positive");
   }
 
   const json& b = r.object(doc, "budgets", "");

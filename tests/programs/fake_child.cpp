@@ -19,10 +19,14 @@
 //   ignore_cancel   hello, one model request, then reads and ignores everything (cancel included)
 //                   and every catchable signal; it never exits by itself
 //   hang [NAME]     hello, then sleeps forever (a worker that holds its workspace lock); NAME: its comm
+//   shell           hello, then runs its brief with /bin/sh -c inside its sandbox (stdout and stderr to
+//                   the supervisor's log), then final with the exit status: a hostile writer that
+//                   does whatever its sandbox lets it
 //   from_workspace  reads "MODE ARG..." from the file .fake-child in its working directory (the
 //                   workspace) and behaves as that mode: one `serve --child` can then run good and
 //                   hostile children side by side, each spawn choosing its own through its workspace
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -237,6 +241,20 @@ int run(int argc, char** argv) {
   if (mode == "hang") {
     if (argc > 2) ::prctl(PR_SET_NAME, argv[2], 0, 0, 0);  // so a test can find and kill exactly this one
     for (;;) ::pause();
+  }
+  if (mode == "shell") {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(2, 1);
+      ::execl("/bin/sh", "sh", "-c", w.task.brief.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    std::string what = "shell exit " + std::to_string(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    send(Final{what, what, json::object()});
+    return 0;
   }
   if (mode == "stderr_lines") {
     std::fprintf(stderr, "first line\nsecond line\n");

@@ -79,6 +79,10 @@ struct HubConfig {
   std::function<void(const std::string& line)> on_log;
   std::function<void(const nlohmann::json& event)> on_event;
   std::function<void(const Progress&)> on_progress;  // a running child took a step (Progress::id names it)
+  // A queued child began to wait for a workspace lock another writer holds (once per wait).
+  std::function<void(const std::string& id, const std::string& why)> on_waiting;
+  std::size_t max_line = protocol::kDefaultMaxLine;    // longest protocol line from a child
+  std::chrono::milliseconds handshake_timeout{10'000};
   std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
 };
 
@@ -124,6 +128,8 @@ class Hub {
   void forget_finished(const Child& newest);
   void check_shutdown();
   SessionConfig session_config(Child& c);
+  void start_later_execution_watch(Child& c);
+  void finish_later_execution_watch(Child& c, protocol::Envelope& e);
 
   boost::asio::io_context& io_;
   HubConfig cfg_;

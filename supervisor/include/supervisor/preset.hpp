@@ -50,6 +50,17 @@ struct WebPolicy {
   std::uint64_t fetch_timeout_ms = 20'000;
 };
 
+// Writers (worker, implementation): the "writes" section. Paths whose contents run when the user
+// next types an ordinary command (git hooks and config, CI, agent and IDE configuration), relative
+// to the workspace, "**/NAME" for a path component NAME at any depth: a worker child cannot write
+// the existing ones (read-only binds), what it creates is flagged in its envelope, and a patch that
+// touches them is flagged for review. Caps on an implementation child's patch.
+struct WritePolicy {
+  std::vector<std::string> later_execution;  // default: default_later_execution() (workspace.hpp)
+  std::uint64_t max_patch_bytes = 16u << 20;
+  std::uint64_t max_patch_files = 2000;
+};
+
 struct Preset {
   std::string name;
   std::string description;
@@ -65,6 +76,7 @@ struct Preset {
   std::vector<ToolRule> rules;
   Budgets budgets;
   WebPolicy web;
+  WritePolicy writes;
   sandbox::Policy sandbox;
   nlohmann::json raw;  // the parsed file, for `policy explain`
 };

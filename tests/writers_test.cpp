@@ -1,0 +1,548 @@
+// Writers that cannot reach outside (issue 14), through the real CLI as a hostile child would: the
+// supervisor never runs repository-controlled programs on a tree a child could write, `run` honours
+// workspace modes, the writer lock covers ancestors and descendants, patches are reviewed, and
+// later-execution paths are protected or flagged. Every "did not run" has a twin showing that the
+// same repository does run the program for a plain `git` call.
+#include "supervisor/git_step.hpp"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "serve_driver.hpp"
+#include "supervisor/preset.hpp"
+#include "supervisor/workspace.hpp"
+#include "test_util.hpp"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Plain git, as the user would type it (the twin of every neutralised step).
+test::RunResult git(const fs::path& dir, const std::string& args) {
+  return test::run({"/bin/sh", "-c", "git -c user.name=t -c user.email=t@t " + args}, "", dir);
+}
+
+void make_repo(const test::TempDir& d) {
+  d.write("README", "top\n");
+  d.write("sub/a.txt", "alpha\n");
+  REQUIRE(git(d.path(), "init -q").code == 0);
+  REQUIRE(git(d.path(), "add -A").code == 0);
+  REQUIRE(git(d.path(), "commit -qm base").code == 0);
+}
+
+struct Cli {
+  test::TempDir state, scripts;
+  std::string model = "replay:" + scripts.write("m.jsonl", "{\"content\":\"unused\"}\n");
+
+  // `run` with a shell child: the brief is the script the hostile child runs in its sandbox.
+  test::RunResult run(const std::string& preset, const fs::path& ws, const std::string& script,
+                      std::vector<std::string> extra = {}) const {
+    std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", preset, "--workspace",
+                                  ws.string(), "--brief", script, "--model", model, "--child",
+                                  test::program("fake_child").string(), "--child-arg", "shell", "--state-dir",
+                                  state.path().string(), "--lock-dir", (state.path() / "locks").string(),
+                                  "--no-transcript", "--audit-log", (state.path() / "audit.jsonl").string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return test::run(a);
+  }
+  test::RunResult apply(const std::string& id, bool allow_flagged = false) const {
+    std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "apply", id, "--state-dir",
+                                  state.path().string()};
+    if (allow_flagged) a.push_back("--allow-flagged");
+    return test::run(a);
+  }
+};
+
+json envelope(const test::RunResult& r) {
+  json e = json::parse(r.out, nullptr, false);
+  if (e.is_discarded()) FAIL("no envelope on stdout; stderr: " << r.err);
+  return e;
+}
+
+bool contains(const json& arr, const std::string& s) {
+  if (!arr.is_array()) return false;
+  for (const auto& x : arr)
+    if (x == s) return true;
+  return false;
+}
+
+// A repository configuration whose every executable setting leaves a marker file in `marks`.
+std::string hostile_config(const fs::path& marks) {
+  auto touch = [&](const std::string& name) { return "touch " + (marks / name).string(); };
+  return "git config filter.x.clean '" + touch("clean") + "; cat' && " +
+         "git config filter.x.smudge '" + touch("smudge") + "; cat' && " +
+         "git config filter.y.process '" + touch("process") + "; false' && " +
+         "git config core.fsmonitor '" + touch("fsmonitor") + "; false' && " +
+         "git config diff.t.textconv '" + touch("textconv") + "; cat' && " +
+         "git config diff.external '" + touch("external") + "; true' && " +
+         "git config core.pager '" + touch("pager") + "; cat' && " +
+         "mkdir -p hooks && printf '#!/bin/sh\\n" + touch("hook") + "\\n' > hooks/post-checkout && "
+         "cp hooks/post-checkout hooks/pre-commit && chmod +x hooks/* && git config core.hooksPath \"$PWD/hooks\" && "
+         "printf '*.txt filter=x diff=t\\n*.dat filter=y\\n' > .gitattributes";
+}
+
+}  // namespace
+
+TEST_CASE("implementation on a subdirectory: the child's own repository and its filter are never used by patch collection") {
+  test::TempDir repo, marks;
+  make_repo(repo);
+  Cli cli;
+  const std::string attack = "git init -q . && " + hostile_config(marks.path()) + " && echo changed > a.txt";
+  auto r = cli.run("implementation", repo.path() / "sub", attack);
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  CHECK(fs::is_empty(marks.path()));  // no filter, fsmonitor, hook, textconv, pager ran as the supervisor
+  const json& patch = e["artifacts"]["patch"];
+  REQUIRE_MESSAGE(patch.contains("review"), patch.dump());
+  CHECK(contains(patch["review"]["nested_repositories"], "."));
+  CHECK(contains(patch["files"], "a.txt"));
+  CHECK_FALSE(contains(patch["files"], ".git/config"));
+  // The checkout is untouched until the parent applies.
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "alpha\n");
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+
+  // Twin: the same repository, built by the same script outside any sandbox, runs the filter for a
+  // plain `git add`.
+  test::TempDir twin, twin_marks;
+  twin.write("a.txt", "alpha\n");
+  REQUIRE(test::run({"/bin/sh", "-c", "git init -q . && " + hostile_config(twin_marks.path())}, "", twin.path()).code == 0);
+  REQUIRE(git(twin.path(), "add -A").code == 0);
+  CHECK(fs::exists(twin_marks.path() / "clean"));
+}
+
+TEST_CASE("a worker plants .git with every executable setting: later implementation steps run none of them") {
+  test::TempDir ws, marks;
+  ws.write("a.txt", "alpha\n");
+  Cli cli;
+  // A worker on a directory that is no repository makes it one, with a hostile configuration.
+  // (Its own git calls switch the programs off for themselves; the files keep them for later.)
+  const std::string quiet_git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.x.clean=cat "
+                                "-c filter.y.process= -c user.name=c -c user.email=c@c ";
+  const std::string plant = "git init -q . && " + hostile_config(marks.path()) + " && " + quiet_git + "add -A && " +
+                            quiet_git + "commit -qm planted";
+  auto w = cli.run("worker", ws.path(), plant);
+  json we = envelope(w);
+  REQUIRE_MESSAGE(we["status"] == "completed", w.out << w.err);
+  // The worker's planted repository is reported as a later-execution change.
+  CHECK(contains(we["artifacts"]["later_execution"]["new_repositories"], "."));
+  CHECK(we["artifacts"]["later_execution"].contains("warning"));
+  for (const auto& f : fs::directory_iterator(marks.path())) fs::remove(f.path());  // the worker's own git ran them inside its sandbox
+
+  // An implementation child on that directory: worktree add (smudge, post-checkout), patch
+  // collection (clean, fsmonitor, textconv, external diff, pager), worktree removal.
+  auto r = cli.run("implementation", ws.path(), "echo beta > a.txt && echo more > c.dat");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  REQUIRE_MESSAGE(e["artifacts"]["patch"].contains("files"), e["artifacts"].dump());
+  CHECK(contains(e["artifacts"]["patch"]["files"], "a.txt"));
+  // ... and apply.
+  const std::string id = e["id"];
+  auto a = cli.apply(id);
+  CHECK_MESSAGE(a.code == 0, a.err);
+  CHECK(test::slurp(ws.path() / "a.txt") == "beta\n");
+  std::string ran;
+  for (const auto& f : fs::directory_iterator(marks.path())) ran += f.path().filename().string() + " ";
+  CHECK_MESSAGE(ran.empty(), "the supervisor ran: " << ran);
+
+  // Twins: plain git in the same repository runs each of them.
+  auto ran_now = [&](const std::string& name) { return fs::exists(marks.path() / name); };
+  test::TempDir wt_parent;
+  git(ws.path(), "worktree add -q --detach " + (wt_parent.path() / "w").string());
+  CHECK(ran_now("smudge"));
+  CHECK(ran_now("hook"));  // post-checkout
+  ws.write("a.txt", "gamma\n");
+  fs::remove(ws.path() / "c.dat");
+  git(ws.path(), "status --porcelain");
+  CHECK(ran_now("fsmonitor"));
+  git(ws.path(), "diff");
+  CHECK(ran_now("external"));
+  git(ws.path(), "diff --no-ext-diff");
+  CHECK(ran_now("textconv"));
+  test::run({"/usr/bin/script", "-qec", "git log -1", "/dev/null"}, "", ws.path());  // a terminal: the pager runs
+  CHECK(ran_now("pager"));
+  git(ws.path(), "add -A");
+  CHECK(ran_now("clean"));
+  ws.write("c.dat", "other\n");  // last: a failing process filter stops the commands after it
+  git(ws.path(), "add -A");
+  CHECK(ran_now("process"));
+}
+
+TEST_CASE("run_git: explicit git dir, no discovery, and a sandbox that executes nothing but git") {
+  test::TempDir repo, outside;
+  make_repo(repo);
+  supervisor::GitStep s;
+  s.what = "test";
+  s.git_dir = repo.path() / ".git";
+  s.work_tree = repo.path();
+  s.args = {"rev-parse", "--show-toplevel"};
+  auto r = supervisor::must_git(s);
+  CHECK(r.out == repo.path().string() + "\n");
+  // The environment is clean: a variable of ours does not reach git.
+  s.args = {"var", "GIT_EDITOR"};
+  CHECK(supervisor::must_git(s).out == ":\n");
+  // No write outside the step's write roots (none given here): twin below with the root given.
+  s.args = {"update-ref", "refs/heads/x", "HEAD"};
+  CHECK(supervisor::run_git(s).code != 0);
+  s.write = {repo.path() / ".git"};
+  CHECK(supervisor::run_git(s).code == 0);
+  // An alias that would start a shell: the sandbox refuses to execute /bin/sh.
+  s.args = {"-c", "alias.evil=!touch " + (outside.path() / "m").string(), "evil"};
+  supervisor::run_git(s);
+  CHECK_FALSE(fs::exists(outside.path() / "m"));
+  REQUIRE(git(repo.path(), "-c 'alias.evil=!touch " + (outside.path() / "m").string() + "' evil").code == 0);
+  CHECK(fs::exists(outside.path() / "m"));  // twin: plain git runs it
+}
+
+TEST_CASE("run --preset implementation returns a patch and leaves the checkout untouched; apply, stale apply") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  auto r = cli.run("implementation", repo.path(), "echo ALPHA > sub/a.txt && echo new > sub/n.txt");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  const json& patch = e["artifacts"]["patch"];
+  CHECK(contains(patch["files"], "sub/a.txt"));
+  CHECK(contains(patch["files"], "sub/n.txt"));
+  CHECK(patch["review"]["flagged"] == false);
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "alpha\n");
+  CHECK_FALSE(fs::exists(repo.path() / "sub/n.txt"));
+  CHECK(git(repo.path(), "worktree list --porcelain").out.find("worktrees") == std::string::npos);  // removed
+  // Stale: the file changed since; nothing is applied.
+  repo.write("sub/a.txt", "someone else\n");
+  auto stale = cli.apply(e["id"]);
+  CHECK(stale.code == 1);
+  CHECK(stale.err.find("no longer applies") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/n.txt"));
+  repo.write("sub/a.txt", "alpha\n");  // twin: on the original text it applies
+  auto ok = cli.apply(e["id"]);
+  CHECK_MESSAGE(ok.code == 0, ok.err);
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "ALPHA\n");
+  CHECK(test::slurp(repo.path() / "sub/n.txt") == "new\n");
+}
+
+TEST_CASE("two implementation children in parallel, on one repository and on a subdirectory of it") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  test::RunResult a, b;
+  std::thread ta([&] { a = cli.run("implementation", repo.path(), "sleep 1; echo TOP > README"); });
+  std::thread tb([&] { b = cli.run("implementation", repo.path() / "sub", "sleep 1; echo sub > a.txt"); });
+  ta.join();
+  tb.join();
+  json ea = envelope(a), eb = envelope(b);
+  REQUIRE_MESSAGE(ea["status"] == "completed", a.err);
+  REQUIRE_MESSAGE(eb["status"] == "completed", b.err);
+  CHECK(ea["artifacts"]["patch"]["files"] == json::array({"README"}));
+  CHECK(eb["artifacts"]["patch"]["files"] == json::array({"a.txt"}));  // relative to its workspace
+  CHECK(cli.apply(ea["id"]).code == 0);
+  CHECK(cli.apply(eb["id"]).code == 0);
+  CHECK(test::slurp(repo.path() / "README") == "TOP\n");
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "sub\n");
+  CHECK_FALSE(fs::exists(repo.path() / "a.txt"));  // applied inside the subdirectory, not at the top
+}
+
+TEST_CASE("patch review: symlinks, modes, new executables, later-execution paths; apply refuses unless told") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  auto r = cli.run("implementation", repo.path(),
+                   "ln -s /etc/passwd sub/leak && ln -s ../../outside sub/up && ln -s a.txt sub/alias && "
+                   "printf '#!/bin/sh\\n' > run.sh && chmod +x run.sh && chmod +x README && "
+                   "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && echo x > .envrc");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  const json& rv = e["artifacts"]["patch"]["review"];
+  INFO(rv.dump());
+  CHECK(rv["flagged"] == true);
+  bool leak = false, up = false, alias = false;
+  for (const auto& s : rv["symlinks"]) {
+    if (s["path"] == "sub/leak") leak = s["target"] == "/etc/passwd" && s["outside"] == true;
+    if (s["path"] == "sub/up") up = s["outside"] == true;
+    if (s["path"] == "sub/alias") alias = s["target"] == "a.txt" && s["outside"] == false;
+  }
+  CHECK(leak);
+  CHECK(up);
+  CHECK(alias);
+  CHECK(contains(rv["new_executables"], "run.sh"));
+  REQUIRE(rv["mode_changes"].size() == 1);
+  CHECK(rv["mode_changes"][0]["path"] == "README");
+  CHECK(rv["mode_changes"][0]["to"] == "100755");
+  CHECK(contains(rv["later_execution"], ".vscode/tasks.json"));
+  CHECK(contains(rv["later_execution"], ".envrc"));
+  // Symlinks out of the workspace: refused even with --allow-flagged.
+  auto a = cli.apply(e["id"], true);
+  CHECK(a.code == 1);
+  CHECK(a.err.find("outside the workspace") != std::string::npos);
+  CHECK_FALSE(fs::exists(fs::symlink_status(repo.path() / "sub/leak")));
+  CHECK_FALSE(fs::exists(repo.path() / "run.sh"));
+
+  // Flagged but inside: refused without the explicit flag, applied with it.
+  auto r2 = cli.run("implementation", repo.path(), "ln -s a.txt sub/alias && echo '{}' > .mcp.json");
+  json e2 = envelope(r2);
+  REQUIRE(e2["status"] == "completed");
+  auto refused = cli.apply(e2["id"]);
+  CHECK(refused.code == 1);
+  CHECK(refused.err.find("--allow-flagged") != std::string::npos);
+  CHECK(refused.err.find(".mcp.json") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / ".mcp.json"));
+  auto allowed = cli.apply(e2["id"], true);
+  CHECK_MESSAGE(allowed.code == 0, allowed.err);
+  CHECK(fs::exists(repo.path() / ".mcp.json"));
+  CHECK(fs::read_symlink(repo.path() / "sub/alias") == "a.txt");
+}
+
+TEST_CASE("patch caps: bytes and files from the policy; nothing is saved past them") {
+  test::TempDir repo, policies;
+  make_repo(repo);
+  json doc = supervisor::read_jsonc_file(test::policy_dir() / "implementation.json");
+  doc["preset"] = "capped";
+  doc["writes"] = {{"max_patch_bytes", 4000}, {"max_patch_files", 3}};
+  std::ofstream(policies.path() / "capped.json") << doc.dump(2);
+  Cli cli;
+  const std::string pd = "--policy-dir";
+  auto big = cli.run("capped", repo.path(), "head -c 20000 /dev/zero | tr '\\0' a > big.txt", {pd, policies.path().string()});
+  json e = envelope(big);
+  CHECK(e["artifacts"]["patch"]["error"].get<std::string>().find("larger than 4000 bytes") != std::string::npos);
+  CHECK_FALSE(fs::exists(cli.state.path() / "patches" / (e["id"].get<std::string>() + ".patch")));
+  auto many = cli.run("capped", repo.path(), "for i in 1 2 3 4 5; do echo $i > f$i; done", {pd, policies.path().string()});
+  CHECK(envelope(many)["artifacts"]["patch"]["error"].get<std::string>().find("more than 3 files") != std::string::npos);
+  auto fine = cli.run("capped", repo.path(), "echo 1 > f1; echo 2 > f2", {pd, policies.path().string()});  // twin
+  CHECK(envelope(fine)["artifacts"]["patch"]["files"].size() == 2);
+}
+
+TEST_CASE("worker: existing later-execution paths are read-only, new ones are flagged; normal files are edited") {
+  test::TempDir repo;
+  make_repo(repo);
+  repo.write(".vscode/settings.json", "{}\n");
+  repo.write(".husky/pre-commit", "#!/bin/sh\n");
+  repo.write("sub/deep/.claude/settings.json", "{}\n");
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  Cli cli;
+  auto r = cli.run("worker", repo.path(),
+                   "r=''; "
+                   "echo x > .vscode/tasks.json 2>/dev/null && r=\"$r vscode\"; "
+                   "echo x >> .husky/pre-commit 2>/dev/null && r=\"$r husky\"; "
+                   "echo x > .git/config 2>/dev/null && r=\"$r git\"; "
+                   "echo x > sub/deep/.claude/settings.json 2>/dev/null && r=\"$r claude\"; "
+                   "mv .vscode gone 2>/dev/null && r=\"$r moved\"; "
+                   "echo edited > sub/a.txt && r=\"$r normal\"; "
+                   "mkdir -p sub/x/.git && echo '[core]' > sub/x/.git/config && echo '{}' > .mcp.json && echo x > .envrc; "
+                   "echo \"wrote:$r\" > result.txt");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  CHECK(test::slurp(repo.path() / "result.txt") == "wrote: normal\n");
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "edited\n");
+  const json& le = e["artifacts"]["later_execution"];
+  INFO(le.dump());
+  CHECK(contains(le["changed"], ".mcp.json"));
+  CHECK(contains(le["changed"], ".envrc"));
+  CHECK(contains(le["changed"], "sub/x/.git"));
+  CHECK(contains(le["new_repositories"], "sub/x"));
+  CHECK(contains(le["protected"], (repo.path() / ".husky").string()));
+  CHECK(contains(le["protected"], (repo.path() / "sub/deep/.claude").string()));
+  // Twin: the same writes without the sandbox succeed.
+  auto twin = test::run({"/bin/sh", "-c", "echo x > .vscode/tasks.json && echo x >> .husky/pre-commit"}, "", repo.path());
+  CHECK(twin.code == 0);
+}
+
+TEST_CASE("writer lock: workers on repo and repo/sub never run at once; unrelated directories do; run waits with a line") {
+  test::TempDir repo, other;
+  make_repo(repo);
+  Cli cli;
+  test::RunResult holder;
+  std::thread t([&] { holder = cli.run("worker", repo.path(), "touch started; sleep 4"); });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(repo.path() / "started") && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(fs::exists(repo.path() / "started"));
+  // A worker below the holder waits, says so, and gives up at its timeout.
+  auto below = cli.run("worker", repo.path() / "sub", "echo ran > ran.txt", {"--timeout", "1s"});
+  json eb = envelope(below);
+  CHECK(eb["status"] == "timeout");
+  CHECK(eb["reason"].get<std::string>().find("workspace lock") != std::string::npos);
+  CHECK(below.err.find("waiting: another writer holds the workspace") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/ran.txt"));
+  // Twin: an unrelated directory runs at once, while the holder still holds its lock.
+  auto unrelated = cli.run("worker", other.path(), "echo ran > ran.txt", {"--timeout", "20s"});
+  CHECK(envelope(unrelated)["status"] == "completed");
+  CHECK(fs::exists(other.path() / "ran.txt"));
+  // A worker that waits long enough gets the lock when the holder is done.
+  auto later = cli.run("worker", repo.path() / "sub", "echo ran > ran.txt", {"--timeout", "60s"});
+  CHECK(envelope(later)["status"] == "completed");
+  CHECK(later.err.find("waiting:") != std::string::npos);
+  t.join();
+  CHECK(envelope(holder)["status"] == "completed");
+  CHECK(fs::exists(repo.path() / "sub/ran.txt"));
+}
+
+TEST_CASE("writer lock: the hierarchy, across processes (flock)") {
+  test::TempDir root, locks;
+  fs::create_directories(root.path() / "a/b");
+  fs::create_directories(root.path() / "c");
+  auto a = supervisor::WorkspaceLock::try_acquire(root.path() / "a", locks.path());
+  REQUIRE(a);
+  CHECK_FALSE(supervisor::WorkspaceLock::try_acquire(root.path() / "a/b", locks.path()));  // below
+  CHECK_FALSE(supervisor::WorkspaceLock::try_acquire(root.path(), locks.path()));          // above
+  CHECK(supervisor::WorkspaceLock::try_acquire(root.path() / "c", locks.path()));          // beside
+  a.reset();
+  CHECK(supervisor::WorkspaceLock::try_acquire(root.path() / "a/b", locks.path()));
+  // In a git repository the key is the repository's top: two subdirectories conflict.
+  test::TempDir repo;
+  make_repo(repo);
+  fs::create_directories(repo.path() / "other");
+  auto s = supervisor::WorkspaceLock::try_acquire(repo.path() / "sub", locks.path());
+  REQUIRE(s);
+  CHECK(s->root() == repo.path());
+  CHECK_FALSE(supervisor::WorkspaceLock::try_acquire(repo.path() / "other", locks.path()));
+}
+
+TEST_CASE("serve and mcp apply: the explicit allow_flagged field") {
+  test::TempDir repo, scripts;
+  make_repo(repo);
+  test::Serve serve({{"--child", test::program("fake_child").string(), "--child-arg", "shell", "--model",
+                      test::replay(scripts, "m.jsonl", "{\"content\":\"unused\"}")}});
+  serve.hello();
+  std::string id = serve.spawn_bg("s1", {{"preset", "implementation"},
+                                         {"workspace", repo.path().string()},
+                                         {"brief", "printf '#!/bin/sh\\n' > tool.sh && chmod +x tool.sh"}});
+  REQUIRE_FALSE(id.empty());
+  json done = serve.child_done(id);
+  CHECK(done["envelope"]["artifacts"]["patch"]["review"]["new_executables"] == json::array({"tool.sh"}));
+  serve.send({{"type", "apply"}, {"id", "a1"}, {"child_id", id}});
+  json refused = serve.reply("a1");
+  CHECK(refused["ok"] == false);
+  CHECK(refused["message"].get<std::string>().find("new executable tool.sh") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "tool.sh"));
+  serve.send({{"type", "apply"}, {"id", "a2"}, {"child_id", id}, {"allow_flagged", "yes"}});
+  CHECK(serve.reply("a2")["type"] == "error");
+  serve.send({{"type", "apply"}, {"id", "a3"}, {"child_id", id}, {"allow_flagged", true}});
+  json applied = serve.reply("a3");
+  CHECK_MESSAGE(applied["ok"] == true, applied.dump());
+  CHECK(fs::exists(repo.path() / "tool.sh"));
+}
+
+TEST_CASE("policy explain lists the later-execution paths and the patch caps") {
+  test::TempDir repo;
+  make_repo(repo);
+  repo.write(".vscode/x", "{}");
+  auto r = test::run({test::bin("subagent-supervisor").string(), "policy", "explain", "worker", "--workspace",
+                      repo.path().string()});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("WRITES") != std::string::npos);
+  CHECK(r.out.find(".github/workflows") != std::string::npos);
+  CHECK(r.out.find("r--  .vscode") != std::string::npos);
+  auto i = test::run({test::bin("subagent-supervisor").string(), "policy", "explain", "implementation"});
+  CHECK(i.out.find("patch caps: 16777216 bytes, 2000 files") != std::string::npos);
+}
+
+TEST_CASE("mcp agent_apply: allow_flagged is explicit, and a wrong type is refused") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  json e = envelope(cli.run("implementation", repo.path(), "printf '#!/bin/sh\\n' > tool.sh && chmod +x tool.sh"));
+  REQUIRE(e["status"] == "completed");
+  const std::string id = e["id"];
+  auto call = [&](int n, json args) {
+    return json{{"jsonrpc", "2.0"}, {"id", n}, {"method", "tools/call"}, {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
+               .dump() + "\n";
+  };
+  std::string in =
+      json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
+           {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()},
+                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}.dump() + "\n" +
+      json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+      call(2, {{"child_id", id}, {"allow_flagged", "yes"}}) + call(3, {{"child_id", id}}) +
+      call(4, {{"child_id", id}, {"allow_flagged", true}});
+  auto r = test::run({test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(),
+                      "--workspace", repo.path().string(), "--no-transcript", "--audit-log",
+                      (cli.state.path() / "mcp-audit.jsonl").string()},
+                     in);
+  std::map<int, json> replies;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("id") && j["id"].is_number()) replies[j["id"]] = j;
+  }
+  REQUIRE_MESSAGE(replies.count(4), r.out << r.err);
+  CHECK(replies[2]["result"]["isError"] == true);
+  CHECK(replies[2].dump().find("allow_flagged: must be true or false") != std::string::npos);
+  CHECK(replies[3]["result"]["isError"] == true);
+  CHECK(replies[3].dump().find("new executable tool.sh") != std::string::npos);
+  CHECK(replies[4]["result"]["isError"] == false);
+  CHECK(fs::exists(repo.path() / "tool.sh"));
+}
+
+TEST_CASE("a planted .git naming another repository: the supervisor neither follows nor reads it") {
+  test::TempDir secret;
+  secret.write("secret.txt", "SECRET\n");
+  REQUIRE(git(secret.path(), "init -q").code == 0);
+  REQUIRE(git(secret.path(), "add -A").code == 0);
+  REQUIRE(git(secret.path(), "commit -qm secret").code == 0);
+  const std::string sg = (secret.path() / ".git").string();
+  const std::string probe = "test -e secret.txt && echo LEAK > leak.txt; echo ok > done.txt";
+  Cli cli;
+  SUBCASE("a .git file (gitdir: ...) that the repository does not name back") {
+    test::TempDir ws;
+    ws.write("a.txt", "a\n");
+    REQUIRE(envelope(cli.run("worker", ws.path(), "printf 'gitdir: " + sg + "\\n' > .git"))["status"] == "completed");
+    json e = envelope(cli.run("implementation", ws.path(), probe));
+    CHECK(e["status"] == "failed");
+    CHECK(e["reason"].get<std::string>().find("refusing to use it") != std::string::npos);
+    // Twin: plain git follows the planted file into the other repository.
+    CHECK(git(ws.path(), "log --oneline").out.find("secret") != std::string::npos);
+  }
+  SUBCASE("a .git directory whose refs and objects are symlinks into the other repository") {
+    test::TempDir ws;
+    ws.write("a.txt", "a\n");
+    REQUIRE(envelope(cli.run("worker", ws.path(),
+                             "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
+                             "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
+                             "ln -s " + sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] == "completed");
+    REQUIRE(git(secret.path(), "branch -m master").code == 0);
+    json e = envelope(cli.run("implementation", ws.path(), probe));
+    INFO(e.dump());
+    // The supervisor's git cannot read through the symlinks: no worktree of the other repository.
+    if (e["status"] == "completed") {
+      CHECK(contains(e["artifacts"]["patch"]["files"], "done.txt"));
+      CHECK_FALSE(contains(e["artifacts"]["patch"]["files"], "leak.txt"));
+    } else {
+      CHECK(e["status"] == "failed");
+    }
+    // Twin: plain git reads the other repository's history through them.
+    CHECK(git(ws.path(), "log --oneline").out.find("secret") != std::string::npos);
+  }
+}
+
+TEST_CASE("the writes section: bad entries are refused naming the field; absent means the shipped defaults") {
+  json doc = supervisor::read_jsonc_file(test::policy_dir() / "worker.json");
+  auto parse = [&](const json& writes) {
+    json d = doc;
+    d["writes"] = writes;
+    return supervisor::parse_preset(d, "worker.json", "x");
+  };
+  for (const std::string bad : {"../up", "/abs", "**/a/b", "a/./b", ""}) {
+    INFO(bad);
+    try {
+      parse({{"later_execution", {bad}}});
+      FAIL("accepted");
+    } catch (const supervisor::PresetError& e) {
+      CHECK(std::string(e.what()).find("writes.later_execution") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH_AS(parse({{"max_patch_bytes", 0}}), doctest::Contains("writes.max_patch_bytes"), supervisor::PresetError);
+  CHECK_THROWS_WITH_AS(parse({{"bogus", 1}}), doctest::Contains("writes.bogus"), supervisor::PresetError);
+  CHECK(parse({{"later_execution", {"**/.envrc", "tools/run.sh"}}}).writes.later_execution.size() == 2);  // twin
+  json d = doc;
+  d.erase("writes");
+  CHECK(supervisor::parse_preset(d, "worker.json", "x").writes.later_execution == supervisor::default_later_execution());
+  CHECK(supervisor::is_later_execution("a/b/.git/config", {"**/.git"}));
+  CHECK(supervisor::is_later_execution(".github/workflows/ci.yml", {".github/workflows"}));
+  CHECK_FALSE(supervisor::is_later_execution(".github/CODEOWNERS", {".github/workflows"}));
+  CHECK_FALSE(supervisor::is_later_execution("src/git.c", {"**/.git"}));
+}
