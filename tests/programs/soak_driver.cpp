@@ -234,7 +234,9 @@ int main(int argc, char** argv) {
   const std::string tag = std::to_string(::getpid() % 100000);
   const fs::path child = work / ("soakc" + tag);
   fs::copy_file(o.fake_child, child, fs::copy_options::overwrite_existing);
-  fs::permissions(child, fs::perms::owner_all);
+  // Readable and executable by others: under a root supervisor the child runs as an id of its own.
+  fs::permissions(child, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
   const std::string grandchild = "soakg" + tag;
 
   auto write = [&](const fs::path& p, const std::string& s) {
