@@ -81,6 +81,8 @@ sandbox::Policy git_policy(const GitStep& s) {
   // loader; no shell, no interpreter, nothing a child could have written.
   p.exec_paths = {kGit, "/usr/lib"};
   p.network = "none";
+  // git forks its helpers and writes the index, objects and work tree; it needs no sockets or IPC.
+  p.syscall_groups = {"base", "process", "filesystem_write"};
   p.rlimits.cpu_seconds = 600;
   p.rlimits.open_files = 4096;
   p.rlimits.file_size_mb = 16384;
@@ -200,7 +202,11 @@ const std::vector<std::string> kFixed = {
     "gpg.program=false",           "gpg.ssh.program=false",      "gpg.x509.program=false",
     "commit.gpgSign=false",        "tag.gpgSign=false",          "uploadpack.packObjectsHook=",
     "merge.renormalize=false",     "user.name=subagent-supervisor",
-    "user.email=subagent-supervisor@localhost"};
+    "user.email=subagent-supervisor@localhost",
+    // A root supervisor's git works on repositories its users own; with every program-running
+    // setting above switched off, the ownership check has nothing left to protect (command-line
+    // configuration is "protected", so git honours it there).
+    "safe.directory=*"};
 
 }  // namespace
 
