@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -181,6 +182,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::string model_failed_;  // the last model call's error, until a call succeeds
   bool wrap_turn_used_ = false;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
+  std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
+  std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
   std::uint64_t approvals_pending_ = 0;
 };
 
