@@ -114,9 +114,14 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   }
 
   const bool writes = grants(p, "write_file") || grants(p, "edit_file") || grants(p, "run_command");
-  if (!writes && !p.sandbox.write_paths.empty())
-    error("read-only preset (no tool that writes) has write roots: " + p.sandbox.write_paths.front() +
-          (p.sandbox.write_paths.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write");
+  // /dev/null opened read-write grants nothing (git, Python's subprocess.DEVNULL and shells need it),
+  // so a read-only preset may list it; any other write root needs a tool that writes.
+  std::vector<std::string> real_roots;
+  for (const auto& w : p.sandbox.write_paths)
+    if (w != "/dev/null") real_roots.push_back(w);
+  if (!writes && !real_roots.empty())
+    error("read-only preset (no tool that writes) has write roots: " + real_roots.front() +
+          (real_roots.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write (only /dev/null may stay)");
   const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
                                            [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
   if (p.workspace_mode == "read" && writes_workspace)
