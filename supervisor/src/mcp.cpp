@@ -96,8 +96,9 @@ json limits_schema() {
             {"max_tool_calls", count("tool calls")},
             {"max_tokens", count("input + output tokens over the whole run")},
             {"max_thinking_tokens", count("reasoning tokens")},
+            // anyOf rather than a type array: some hosts (Gemini CLI) warn about or drop type arrays.
             {"timeout",
-             {{"type", {"integer", "string"}},
+             {{"anyOf", {{{"type", "integer"}, {"minimum", 1}}, {{"type", "string"}}}},
               {"description", "wall time: seconds, or a duration such as \"90s\", \"5m\", \"1h\""}}},
             {"summary_bytes", count("cap on the envelope's summary")},
             {"answer_bytes", count("cap on the envelope's answer")}}},
@@ -124,7 +125,7 @@ json envelope_schema() {
             {"reason", {{"type", "string"}}},
             {"summary", {{"type", "string"}}},
             {"answer", {{"type", "string"}}},
-            {"transcript", {{"type", {"string", "null"}}}}}},
+            {"transcript", {{"anyOf", {{{"type", "string"}}, {{"type", "null"}}}}}}}},
           {"required", {"id", "preset", "status", "reason"}}};
 }
 
@@ -276,7 +277,7 @@ json tool_definitions(const std::vector<Preset>& presets) {
                   {{"type", "object"},
                    {"properties", {{"child_id", {{"type", "string"}}}, {"state", {{"type", "string"}}}}},
                    {"required", {"child_id", "state"}}}},
-                 {"annotations", annotations("Cancel a subagent", false, true, true, false)}};
+                 {"annotations", annotations("Cancel a subagent", false, false, true, false)}};
 
   json apply = {{"name", "agent_apply"},
                 {"title", "Apply a subagent's patch"},
@@ -295,6 +296,14 @@ json tool_definitions(const std::vector<Preset>& presets) {
                 {"annotations", annotations("Apply a subagent's patch", false, true, false, false)}};
 
   return json::array({spawn, list, output, cancel, apply});
+}
+
+std::vector<std::string> host_added_fields() { return {"wait_for_previous"}; }
+
+json without_host_fields(json args) {
+  if (!args.is_object()) return args;
+  if (auto it = args.find("wait_for_previous"); it != args.end() && it->is_boolean()) args.erase(it);
+  return args;
 }
 
 SpawnArguments parse_spawn_arguments(const json& args) {
