@@ -183,6 +183,11 @@ for (const [how, stop] of [
     s.proc.kill('SIGINT');
     setTimeout(() => s.proc.kill('SIGTERM'), 50);
   }],
+  // A signal in every moment of the shutdown, the last moments of the exit included.
+  ['SIGTERM every 2 ms until it exits', (s) => {
+    const t = setInterval(() => { try { s.proc.kill('SIGTERM'); } catch { /* gone */ } }, 2);
+    s.proc.on('exit', () => clearInterval(t));
+  }],
   ['SIGTERM three times, 20 ms apart', (s) => {
     s.proc.kill('SIGTERM');
     setTimeout(() => s.proc.kill('SIGTERM'), 20);
