@@ -58,10 +58,10 @@ def inside(workspace, path):
     return full
 
 
-def run(argv, workspace, shell=False, timeout=120):
+def run(argv, workspace, shell=False, timeout=120, env=None):
     # stdin=DEVNULL opens /dev/null read-write: every preset allows that (it grants nothing).
     p = subprocess.run(argv, cwd=workspace, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=timeout)
+                       stderr=subprocess.STDOUT, timeout=timeout, env=env)
     return p.stdout.decode("utf-8", "replace") + "\n[exit %d]" % p.returncode
 
 
@@ -92,7 +92,10 @@ def local_tool(name, args, workspace):
         extra = {"git_status": ["status", "--short", "--branch"], "git_log": ["log", "--oneline", "-20"],
                  "git_diff": ["diff"] + ([args["rev"]] if args.get("rev") else []),
                  "git_show": ["show", args.get("rev", "HEAD")]}[name]
-        return run(["git", "-c", "safe.directory=*", "--no-pager"] + extra, workspace)
+        # The sandbox lets git read no system or global configuration (and none is wanted).
+        env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_OPTIONAL_LOCKS="0",
+                   GIT_PAGER="cat", GIT_TERMINAL_PROMPT="0")
+        return run(["git", "-c", "safe.directory=*", "--no-pager"] + extra, workspace, env=env)
     raise ValueError("this child does not implement %s" % name)
 
 

@@ -285,7 +285,8 @@ TEST_CASE("research: web_fetch of a loopback page succeeds through the broker wi
   WebToolsConfig wc;
   wc.allow_loopback_ports_for_tests_only = {static_cast<std::uint16_t>(srv.port())};
   cfg.brokered = make_web_tools(io, wc);
-  ModelConfig mc = parse_model_config(model_config(srv, token), "test");
+  // Parsed as from a file (a number from a C++ literal is a signed JSON integer).
+  ModelConfig mc = parse_model_config(json::parse(model_config(srv, token).dump()), "test");
   auto provider = make_openai_provider(io, resolve_model_spec("fake", mc), "");
   auto session = ChildSession::create(io, cfg, std::move(provider));
   std::optional<protocol::Envelope> env;

@@ -150,8 +150,9 @@ TEST_CASE("under explore /dev/null opens read-write (Python's subprocess.DEVNULL
       "    print('write allowed')\n"
       "except PermissionError:\n"
       "    print('write refused')\n";
-  auto r = test::run({test::bin("subagent-supervisor").string(), "sandbox", "--preset", "explore", "--workspace",
-                      ws.path().string(), "--", "/usr/bin/python3", "-c", code});
+  // Through a pipe: explore lets no file grow, so `sandbox` refuses a regular file as stdout.
+  auto r = test::run({"/bin/sh", "-c", "\"$0\" sandbox --preset explore --workspace \"$1\" -- /usr/bin/python3 -c \"$2\" 2>&1 | cat",
+                      test::bin("subagent-supervisor").string(), ws.path().string(), code});
   CHECK_MESSAGE(r.code == 0, r.err);
   CHECK_MESSAGE(r.out.find("devnull ok") != std::string::npos, r.out << r.err);
   CHECK_MESSAGE(r.out.find("write refused") != std::string::npos, r.out << r.err);

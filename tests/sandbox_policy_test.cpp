@@ -106,7 +106,10 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "policy test.json: sandbox.environment.allow[0] is not a valid variable name ('BAD-NAME')");
   CHECK(with([](auto& j) { j["environment"]["set"]["X"] = 1; }) ==
         "policy test.json: sandbox.environment.set.X must be a string");
-  CHECK(with([](auto& j) { j["filesystem"]["protected"] = {".git"}; }) ==
+  CHECK(with([](auto& j) {
+          j["filesystem"]["write"] = nlohmann::json::array();
+          j["filesystem"]["protected"] = {".git"};
+        }) ==
         "policy test.json: sandbox.filesystem.protected lists paths but there is no write root to "
         "protect");
   CHECK(error_of(nlohmann::json::array()) == "policy test.json: sandbox must be an object");

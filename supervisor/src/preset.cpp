@@ -204,13 +204,13 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
       // One catalogue (protocol/tools.json) says which tools exist: a name outside it would be
       // offered to no model, or silently dropped. Parent-only capabilities may still be denied.
       const bool parent_only = std::find(p.blocked.begin(), p.blocked.end(), t) != p.blocked.end();
-      if (!protocol::find_tool(t) && !(parent_only && list == &p.deny))
+      if (!seen.insert(t).second) r.fail("tools", "lists '" + t + "' more than once");
+      if (parent_only && list != &p.deny)
+        r.fail("tools", "grants '" + t + "', which is a parent-only capability listed in \"blocked\"");
+      if (!protocol::find_tool(t) && !parent_only)
         r.fail(std::string(field) + "[" + std::to_string(i) + "]",
                "names '" + t + "', which is not a tool in the catalogue (protocol/tools.json); the tools are: " +
                    protocol::tool_names_text());
-      if (!seen.insert(t).second) r.fail("tools", "lists '" + t + "' more than once");
-      if (std::find(p.blocked.begin(), p.blocked.end(), t) != p.blocked.end() && list != &p.deny)
-        r.fail("tools", "grants '" + t + "', which is a parent-only capability listed in \"blocked\"");
     }
   }
   if (auto it = tools.find("rules"); it != tools.end()) {
