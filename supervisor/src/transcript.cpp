@@ -443,7 +443,10 @@ void Transcript::record(const json& event) noexcept {
     detail::cap_json_strings(e, store_->options.max_string_bytes);
     // One record (say a model turn that sends many long tool results) stays under its cap too:
     // every string is cut shorter until it fits, and the record says so.
-    const std::size_t max_record = store_->options.max_record_bytes;
+    // Only the kinds that carry content can get that long; the others skip the size check.
+    const bool content = kind == "model_request" || kind == "model_response" || kind == "tool_result" ||
+                         kind == "tool_decision" || kind == "approval";
+    const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
     for (std::size_t cap = store_->options.max_string_bytes / 4; max_record && cap >= 64 && e.dump().size() > max_record;
          cap /= 4) {
       detail::cap_json_strings(e, cap);
