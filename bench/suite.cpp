@@ -25,7 +25,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "child/tools.hpp"
+#include "protocol/tools.hpp"
 #include "common.hpp"
 #include "min_launcher.h"
 #include "protocol/messages.hpp"
@@ -149,11 +149,17 @@ std::string welcome_line(const Env &env) {
   w.task.description = "benchmark";
   w.task.preset = env.explore->name;
   w.task.workspace = env.workspace.string();
-  w.task.tools = child::tool_specs(supervisor::offered_tools(*env.explore));
+  w.task.tools = protocol::tool_specs(supervisor::offered_tools(*env.explore));
   const auto &b = env.explore->budgets;
-  w.task.limits = {b.max_steps,        b.max_tool_calls, b.max_tokens,
-                   b.timeout_ms,       b.summary_bytes,  b.answer_bytes,
-                   b.tool_result_bytes};
+  w.task.limits.max_steps = b.max_steps;
+  w.task.limits.max_tool_calls = b.max_tool_calls;
+  w.task.limits.max_tokens = b.max_tokens;
+  w.task.limits.timeout_ms = b.timeout_ms;
+  w.task.limits.summary_bytes = b.summary_bytes;
+  w.task.limits.answer_bytes = b.answer_bytes;
+  w.task.limits.tool_result_bytes = b.tool_result_bytes;
+  w.task.limits.max_thinking_tokens = b.max_thinking_tokens;
+  w.task.limits.wrap_up_grace_ms = b.wrap_up_grace_ms;
   return proto::encode_line(w);
 }
 

@@ -116,6 +116,8 @@ Limits limits_from(const json& j, Fields& outer) {
   l.summary_bytes = f.u64("summary_bytes");
   l.answer_bytes = f.u64("answer_bytes");
   l.tool_result_bytes = f.u64("tool_result_bytes");
+  l.max_thinking_tokens = f.u64("max_thinking_tokens", false);  // optional: added in 1.1 of the spec
+  l.wrap_up_grace_ms = f.u64("wrap_up_grace_ms", false);
   if (!f.error().empty()) outer.fail("task.limits", f.error());
   return l;
 }
@@ -183,6 +185,25 @@ Decoded<ChildMessage> decode_child_message(std::string_view line) {
     ModelRequest m;
     m.id = f.str("id");
     m.messages = f.array("messages");
+    // Roles are a closed set: a provider would otherwise guess what "developer" or "User" means.
+    for (std::size_t i = 0; i < m.messages.size(); ++i) {
+      const json& msg = m.messages[i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!msg.is_object()) {
+        f.fail(where, "must be an object {role, content}");
+        break;
+      }
+      auto role = msg.find("role");
+      if (role == msg.end() || !role->is_string()) {
+        f.fail(where + ".role", "is missing or not a string");
+        break;
+      }
+      const std::string& r = role->get_ref<const std::string&>();
+      if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+        f.fail(where + ".role", "must be one of system, user, assistant, tool (got '" + r.substr(0, 40) + "')");
+        break;
+      }
+    }
     m.tools = f.array("tools", false);
     m.max_tokens = f.opt_u64("max_tokens");
     out.message = std::move(m);
@@ -208,6 +229,8 @@ Decoded<ChildMessage> decode_child_message(std::string_view line) {
   } else if (type == "log") {
     Log m;
     m.level = f.str("level", false);
+    if (!m.level.empty() && m.level != "debug" && m.level != "info" && m.level != "warn" && m.level != "error")
+      f.fail("level", "must be one of debug, info, warn, error (got '" + m.level.substr(0, 40) + "')");
     m.message = f.str("message");
     out.message = std::move(m);
   } else {
@@ -295,7 +318,8 @@ json to_json(const Limits& l) {
   return {{"max_steps", l.max_steps},         {"max_tool_calls", l.max_tool_calls},
           {"max_tokens", l.max_tokens},       {"timeout_ms", l.timeout_ms},
           {"summary_bytes", l.summary_bytes}, {"answer_bytes", l.answer_bytes},
-          {"tool_result_bytes", l.tool_result_bytes}};
+          {"tool_result_bytes", l.tool_result_bytes}, {"max_thinking_tokens", l.max_thinking_tokens},
+          {"wrap_up_grace_ms", l.wrap_up_grace_ms}};
 }
 
 namespace {

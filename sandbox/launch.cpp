@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "cgroup.hpp"
+#include "interpreter.hpp"
 #include "landlock.hpp"
 #include "layer_names.hpp"
 #include "namespaces.hpp"
@@ -37,6 +38,7 @@ namespace fs = std::filesystem;
 
 struct Substitution {
   std::string workspace, child;
+  std::vector<std::string> interpreters;  // ${interpreter}: the child script's, resolved (empty: a binary)
 };
 
 // Returns false when the template names ${child} and the request has no child directory.
@@ -59,6 +61,10 @@ std::vector<std::string> substitute_all(const std::vector<std::string>& in, cons
                                         std::string* dropped) {
   std::vector<std::string> out;
   for (const auto& t : in) {
+    if (t == "${interpreter}") {  // one entry per interpreter; nothing for a child that is no script
+      for (const auto& i : sub.interpreters) out.push_back(i);
+      continue;
+    }
     std::string s;
     if (substitute(t, sub, &s))
       out.push_back(fs::path(s).lexically_normal().string());
@@ -212,9 +218,16 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
 
   PlanPtr plan(new Plan);
   plan->policy_source = src;
-  const Substitution sub{
+  Substitution sub{
       request.workspace.lexically_normal().string(),
-      request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string()};
+      request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string(),
+      {}};
+  {
+    auto path = policy.env_set.find("PATH");
+    std::string path_env = "/usr/bin:/bin";
+    if (path != policy.env_set.end()) substitute(path->second, sub, &path_env);
+    sub.interpreters = detail::script_interpreters(request.executable, path_env);
+  }
   plan->workspace = sub.workspace;
   plan->executable = request.executable;
   plan->stdio[0] = request.stdin_fd;
@@ -300,6 +313,11 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
     }
   }
   paths.deny_tcp = policy.network == "none";
+  {
+    bool names_interpreter = false;
+    for (const auto& e : policy.exec_paths) names_interpreter |= e == "${interpreter}";
+    plan->exec_hint = detail::exec_refusal_hint(request.executable, sub.interpreters, paths.execute, names_interpreter);
+  }
   LandlockRuleset landlock = build_landlock(paths, sub.workspace);
   plan->landlock_fd = landlock.fd;
   if (!dropped.empty())
@@ -525,7 +543,10 @@ Child launch(const Plan& plan) {
     std::string what =
         std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
     if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
-    return SandboxError(what + ": " + std::strerror(record.error));
+    what += std::string(": ") + std::strerror(record.error);
+    if (static_cast<Step>(record.step) == Step::kExecve && record.error == EACCES && !plan.exec_hint.empty())
+      what += " (" + plan.exec_hint + ")";
+    return SandboxError(what);
   };
   StatusRecord record{};
   if (plan.dumpable_for_maps) {

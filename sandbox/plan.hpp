@@ -90,6 +90,7 @@ class Plan {
 
   std::string policy_source;
   std::string executable;
+  std::string exec_hint;  // why execve would get EACCES from the execute rules, for the error ("" if none)
   std::vector<std::string> argv_store, env_store;
   std::vector<char*> argv, envp;  // null-terminated, pointing into *_store
   std::string workspace;

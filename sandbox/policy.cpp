@@ -64,10 +64,19 @@ class Parser {
     auto out = strings(parent, field, key, false);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const std::string& p = out[i];
+      if (p == "${interpreter}") {  // the child script's interpreter(s), resolved at launch
+        if (std::string(key) != "read" && std::string(key) != "execute")
+          fail(field + "." + key + "[" + std::to_string(i) + "]",
+               "may not be \"${interpreter}\": an interpreter may be read and executed, never written or protected");
+        continue;
+      }
+      if (p.rfind("${interpreter}", 0) == 0)
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "must be exactly \"${interpreter}\" ('" + p + "'): it stands for whole files");
       bool templated = p.rfind("${workspace}", 0) == 0 || p.rfind("${child}", 0) == 0;
       if (p.find("${") != std::string::npos && !templated)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
-             "uses an unknown template ('" + p + "'); only ${workspace} and ${child} exist");
+             "uses an unknown template ('" + p + "'); only ${workspace}, ${child} and ${interpreter} exist");
       if (p.find("${", templated ? 2 : 0) != std::string::npos)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "may use a template only at its start ('" + p + "')");

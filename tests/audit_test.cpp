@@ -248,3 +248,45 @@ TEST_CASE("audit command: what did child X do, and which children ran commands")
   CHECK(rc5 == 0);
   CHECK(help.find("which children ran commands") != std::string::npos);
 }
+
+TEST_CASE("audit --conversation prints what one child's model was sent and answered, from its transcript") {
+  test::TempDir d, ws;
+  ws.write("README.md", "# demo\nhello world\n");
+  const std::string script = d.write("model.jsonl",
+                                     R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
+                                     "\n"
+                                     R"({"content":"## Summary\nFound it in README.md."})"
+                                     "\n");
+  const fs::path tdir = d.path() / "t";
+  auto r = test::run({test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
+                      ws.path().string(), "--brief", "find hello", "--model", "replay:" + script, "--quiet",
+                      "--transcript-dir", tdir.string()});
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string id = json::parse(r.out)["id"];
+
+  auto [rc, out] = audit_cmd({"--conversation", id.substr(0, 6), "--transcript-dir", tdir.string()});
+  CHECK(rc == 0);
+  CHECK(out.find("brief: find hello") != std::string::npos);
+  CHECK(out.find("[system] ") != std::string::npos);
+  CHECK(out.find("-> tool call") != std::string::npos);
+  CHECK(out.find("grep {\"pattern\":\"hello\"}: allow") != std::string::npos);
+  CHECK_MESSAGE(out.find("README.md:2: hello world") != std::string::npos, out);  // the tool result, as sent
+  CHECK(out.find("=== envelope: completed") != std::string::npos);
+  // The system prompt is printed once although the child sent it with both requests.
+  auto first = out.find("[system] ");
+  CHECK(out.find("[system] ", first + 1) == std::string::npos);
+
+  // --json: the history of the last turn plus the last answer, as neutral chat messages.
+  auto [rc2, js] = audit_cmd({"--conversation", id, "--transcript-dir", tdir.string(), "--json"});
+  CHECK(rc2 == 0);
+  json msgs = json::parse(js);
+  REQUIRE(msgs.size() == 5);
+  CHECK(msgs[0]["role"] == "system");
+  CHECK(msgs[1]["role"] == "user");
+  CHECK(msgs[2]["tool_calls"][0]["name"] == "grep");
+  CHECK(msgs[3]["role"] == "tool");
+  CHECK(msgs[4]["content"].get<std::string>().find("Found it in README.md.") != std::string::npos);
+
+  CHECK(audit_cmd({"--conversation", "ffffff", "--transcript-dir", tdir.string()}).first == 1);
+  CHECK(audit_cmd({"--transcript-dir", tdir.string()}).first == cli::kUsageError);
+}

@@ -1,4 +1,5 @@
 #include "child/tools.hpp"
+#include "protocol/tools.hpp"
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -122,6 +123,13 @@ TEST_CASE("tool_specs and local_tool_names") {
     CHECK(s["input_schema"]["type"] == "object");
     CHECK(s["input_schema"]["properties"].is_object());
   }
+  // The child implements exactly the catalogue's "child" tools, and offers the catalogue's text.
+  std::set<std::string> catalogue_local;
+  for (const auto& t : protocol::tool_catalogue())
+    if (t.runs_in == protocol::RunsIn::child) catalogue_local.insert(t.name);
+  CHECK(catalogue_local == set);
+  CHECK(specs[0] == protocol::find_tool(names[0])->spec());
+  CHECK(child::tool_specs({"web_fetch"}).empty());  // brokered: the supervisor runs it
   json some = child::tool_specs({"grep", "no_such_tool", "read_file"});
   REQUIRE(some.size() == 2);
   CHECK(some[0]["name"] == "grep");

@@ -37,8 +37,10 @@ TEST_CASE("a message nested deeper than kMaxDepth is refused before it is parsed
                                                nested(129) + "}");
   CHECK_FALSE(s);
   // The twin: the same message within the bound decodes.
-  auto ok = protocol::decode_child_message(R"({"type":"model_request","id":"m","messages":)" + nested(127) + "}");
-  CHECK(ok);
+  // (object, messages array, message object: 3 levels, then 125 more make 128)
+  auto ok = protocol::decode_child_message(R"({"type":"model_request","id":"m","messages":[{"role":"user","content":"x","deep":)" +
+                                           nested(125) + "}]}");
+  CHECK_MESSAGE(ok, ok.error);
 }
 
 TEST_CASE("nesting_within counts brackets outside strings only") {

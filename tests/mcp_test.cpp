@@ -123,6 +123,15 @@ TEST_CASE("mcp: tool definitions come from the policy files") {
     CHECK(t["outputSchema"]["type"] == "object");
     CHECK(t["annotations"]["readOnlyHint"].is_boolean());
   }
+  // What lets hosts run these without approval: list/output read only, cancel not destructive.
+  CHECK(tools[1]["annotations"]["readOnlyHint"] == true);
+  CHECK(tools[2]["annotations"]["readOnlyHint"] == true);
+  CHECK(tools[3]["name"] == "agent_cancel");
+  CHECK(tools[3]["annotations"]["destructiveHint"] == false);
+  const json& timeout = spawn["inputSchema"]["properties"]["limits"]["properties"]["timeout"];
+  CHECK_FALSE(timeout.contains("type"));
+  CHECK(timeout["anyOf"] == json::parse(R"([{"type":"integer","minimum":1},{"type":"string"}])"));
+  CHECK(tools[0]["outputSchema"].dump().find("[\"string\",\"null\"]") == std::string::npos);
 }
 
 TEST_CASE("mcp: agent_spawn arguments are checked field by field") {
@@ -165,6 +174,20 @@ TEST_CASE("mcp: child ids, waits and empty argument lists") {
   CHECK_NOTHROW(mcp::parse_no_arguments(json::object()));
   CHECK_THROWS_WITH_AS(mcp::parse_no_arguments({{"all", true}}), "all: unknown field (this tool takes no arguments)",
                        supervisor::BadRequest);
+}
+
+TEST_CASE("mcp: host-added fields are dropped before the check; other unknown fields are still refused") {
+  CHECK(mcp::host_added_fields() == std::vector<std::string>{"wait_for_previous"});
+  json spawn = {{"preset", "explore"}, {"brief", "b"}, {"description", "d"}, {"wait_for_previous", true}};
+  CHECK_THROWS_WITH_AS(mcp::parse_spawn_arguments(spawn), "wait_for_previous: unknown field", supervisor::BadRequest);
+  CHECK_NOTHROW(mcp::parse_spawn_arguments(mcp::without_host_fields(spawn)));
+  CHECK_NOTHROW(mcp::parse_no_arguments(mcp::without_host_fields({{"wait_for_previous", false}})));
+  CHECK(mcp::parse_child_id(mcp::without_host_fields({{"child_id", "abc"}, {"wait_for_previous", true}})) == "abc");
+  // The wrong type is no host's field: refused by name. A typo too.
+  CHECK_THROWS_WITH_AS(mcp::parse_no_arguments(mcp::without_host_fields({{"wait_for_previous", "yes"}})),
+                       "wait_for_previous: unknown field (this tool takes no arguments)", supervisor::BadRequest);
+  CHECK_THROWS_WITH_AS(mcp::parse_no_arguments(mcp::without_host_fields({{"wait_for_previus", true}})),
+                       "wait_for_previus: unknown field (this tool takes no arguments)", supervisor::BadRequest);
 }
 
 TEST_CASE("mcp: results carry the value as text and as structured content") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "protocol/tools.hpp"
 #include "supervisor/policy_lint.hpp"
 
 using namespace supervisor;
@@ -95,6 +96,53 @@ TEST_CASE("policy errors name the file and the field") {
   d["schema"] = 2;
   CHECK(parse_error(d).find("schema must be 1") != std::string::npos);
   CHECK(parse_error(explore_doc()).empty());
+}
+
+TEST_CASE("a policy naming a tool outside the catalogue is refused, naming the field and the valid names") {
+  json d = explore_doc();
+  d["tools"]["allow"].push_back("web_fetc");
+  const std::string e = parse_error(d);
+  CHECK_MESSAGE(e.find("tools.allow[4] names 'web_fetc', which is not a tool in the catalogue") != std::string::npos, e);
+  CHECK(e.find("read_file, list_dir, glob, grep") != std::string::npos);
+  CHECK(e.find("web_fetch, web_search") != std::string::npos);
+  d = explore_doc();
+  d["tools"]["deny"].push_back("teleport");
+  CHECK(parse_error(d).find("tools.deny[9] names 'teleport'") != std::string::npos);
+  d = explore_doc();
+  d["tools"]["ask"] = {"Grep"};
+  CHECK(parse_error(d).find("tools.ask[0] names 'Grep'") != std::string::npos);
+  // Twin: every catalogue name is accepted, and a parent-only capability may still be denied.
+  d = explore_doc();
+  d["tools"]["deny"].push_back("spawn_agent");
+  CHECK(parse_error(d).empty());
+  for (const auto& name : protocol::tool_names()) {
+    d = explore_doc();
+    d["tools"] = {{"allow", {name}}};
+    CHECK_MESSAGE(parse_error(d).empty(), name);
+  }
+}
+
+TEST_CASE("a read-only preset may open /dev/null read-write, and nothing else") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("lint-null-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto errors = [&](const json& d) {
+    std::ofstream(dir / "p.json") << d.dump(2);
+    std::string all;
+    for (const auto& x : lint_policy_file(dir / "p.json", kPolicies / "schema.json"))
+      if (x.severity == "error") all += x.message + "\n";
+    return all;
+  };
+  for (const char* n : {"explore", "reviewer", "research"}) {
+    json d = read_jsonc_file(kPolicies / (std::string(n) + ".json"));
+    CHECK(d["sandbox"]["filesystem"]["write"] == json::array({"/dev/null"}));
+  }
+  json d = explore_doc();
+  d["preset"] = "p";
+  CHECK(errors(d).empty());
+  d["sandbox"]["filesystem"]["write"] = {"/dev/null", "/tmp"};
+  CHECK(errors(d).find("read-only preset (no tool that writes) has write roots: /tmp") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("unknown presets and bad names are refused with what exists") {

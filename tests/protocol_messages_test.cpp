@@ -30,6 +30,13 @@ TEST_CASE("supervisor messages round-trip through the codec") {
   w.task.preset = "explore";
   w.task.workspace = "/w";
   w.task.limits.max_steps = 3;
+  w.task.limits.max_thinking_tokens = 5000;
+  w.task.limits.wrap_up_grace_ms = 10000;
+  {  // welcome carries every limit the child needs, the wrap-up grace and thinking budget included
+    json j = to_json(SupervisorMessage{w});
+    CHECK(j["task"]["limits"]["wrap_up_grace_ms"] == 10000);
+    CHECK(j["task"]["limits"]["max_thinking_tokens"] == 5000);
+  }
   SupervisorMessage msgs[] = {
       w,
       ModelResponse{"m1", "text", {ToolCall{"c1", "grep", {{"pattern", "x"}}}}, Usage{1, 2, 3}, "tool_calls"},
@@ -65,6 +72,17 @@ TEST_CASE("decode errors name what was wrong") {
         "model_request: field 'max_tokens' must be a non-negative integer");
   CHECK(err(R"({"type":"final","summary":"s"})") == "final: field 'answer' is missing");
   CHECK(err(R"({"type":"tool_done","id":"t","ok":"yes"})") == "tool_done: field 'ok' must be true or false");
+  // Closed vocabularies: log levels and message roles.
+  CHECK(err(R"({"type":"log","message":"m","level":"loud"})") ==
+        "log: field 'level' must be one of debug, info, warn, error (got 'loud')");
+  CHECK(err(R"({"type":"log","message":"m","level":"warn"})").empty());
+  CHECK(err(R"({"type":"log","message":"m"})").empty());
+  CHECK(err(R"({"type":"model_request","id":"m","messages":[{"role":"user","content":"a"},{"role":"User"}]})") ==
+        "model_request: field 'messages[1].role' must be one of system, user, assistant, tool (got 'User')");
+  CHECK(err(R"({"type":"model_request","id":"m","messages":[{"content":"a"}]})") ==
+        "model_request: field 'messages[0].role' is missing or not a string");
+  CHECK(err(R"({"type":"model_request","id":"m","messages":["hi"]})") ==
+        "model_request: field 'messages[0]' must be an object {role, content}");
 }
 
 TEST_CASE("unknown fields are ignored, so minor versions can add them") {

@@ -93,7 +93,9 @@ TEST_CASE("a program outside the execute roots cannot be executed") {
   auto plan = sandbox::prepare(without_new_root(explore_policy()), req);
   CHECK_THROWS_WITH_AS(
       sandbox::launch(*plan),
-      ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied").c_str(),
+      ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied ('" + req.executable +
+       "' is not under any sandbox.filesystem.execute path of the policy)")
+          .c_str(),
       sandbox::SandboxError);
 }
 

@@ -30,7 +30,9 @@ TEST_CASE("explore.json parses") {
   auto policy = sandbox::parse_policy(explore_section(), "explore.json");
   CHECK(policy.source == "explore.json");
   CHECK(policy.read_paths.front() == "${workspace}");
-  CHECK(policy.write_paths.empty());
+  // /dev/null read-write grants nothing; it is the only write entry of a read-only preset.
+  CHECK(policy.write_paths == std::vector<std::string>{"/dev/null"});
+  CHECK(policy.exec_paths.at(1) == "${interpreter}");
   CHECK(policy.network == "none");
   CHECK(policy.rlimits.open_files == 256);
   CHECK(policy.rlimits.processes == 32);
@@ -82,7 +84,14 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "${workspace} or ${child} ('relative/path')");
   CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${home}/x"}; }) ==
         "policy test.json: sandbox.filesystem.write[0] uses an unknown template ('${home}/x'); "
-        "only ${workspace} and ${child} exist");
+        "only ${workspace}, ${child} and ${interpreter} exist");
+  CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${interpreter}"}; }) ==
+        "policy test.json: sandbox.filesystem.write[0] may not be \"${interpreter}\": an interpreter may be read "
+        "and executed, never written or protected");
+  CHECK(with([](auto& j) { j["filesystem"]["execute"] = {"${interpreter}/lib"}; }) ==
+        "policy test.json: sandbox.filesystem.execute[0] must be exactly \"${interpreter}\" ('${interpreter}/lib'): it "
+        "stands for whole files");
+  CHECK(with([](auto& j) { j["filesystem"]["execute"] = {"${interpreter}"}; }) == "no error");
   CHECK(
       with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
       "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
@@ -97,7 +106,10 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "policy test.json: sandbox.environment.allow[0] is not a valid variable name ('BAD-NAME')");
   CHECK(with([](auto& j) { j["environment"]["set"]["X"] = 1; }) ==
         "policy test.json: sandbox.environment.set.X must be a string");
-  CHECK(with([](auto& j) { j["filesystem"]["protected"] = {".git"}; }) ==
+  CHECK(with([](auto& j) {
+          j["filesystem"]["write"] = nlohmann::json::array();
+          j["filesystem"]["protected"] = {".git"};
+        }) ==
         "policy test.json: sandbox.filesystem.protected lists paths but there is no write root to "
         "protect");
   CHECK(error_of(nlohmann::json::array()) == "policy test.json: sandbox must be an object");

@@ -330,6 +330,97 @@ TEST_CASE("protocol errors end only that child, with a reason naming the problem
   }
 }
 
+TEST_CASE("model_request events carry each message the model was sent once, in order, and tool results") {
+  Spec s;
+  s.replay =
+      R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
+      "\n"
+      R"({"content":"## Summary\nFound it."})"
+      "\n";
+  auto o = run(s);
+  REQUIRE(o.env.status == Status::completed);
+  std::vector<json> requests, responses;
+  for (const auto& e : o.events) {
+    if (e["event"] == "model_request") requests.push_back(e);
+    if (e["event"] == "model_response") responses.push_back(e);
+  }
+  REQUIRE(requests.size() == 2);
+  REQUIRE(responses.size() == 2);
+  CHECK(requests[0]["messages_from"] == 0);
+  REQUIRE(requests[0]["new_messages"].size() == 2);
+  CHECK(requests[0]["new_messages"][0]["role"] == "system");
+  CHECK(requests[0]["new_messages"][1]["content"].get<std::string>().find("test brief") != std::string::npos);
+  CHECK(requests[0]["tool_names"] == json::array({"read_file", "list_dir", "glob", "grep"}));
+  // The second request resends the history; only the assistant turn and the tool result are new.
+  CHECK(requests[1]["messages"] == 4);
+  CHECK(requests[1]["messages_from"] == 2);
+  REQUIRE(requests[1]["new_messages"].size() == 2);
+  CHECK(requests[1]["new_messages"][0]["role"] == "assistant");
+  CHECK(requests[1]["new_messages"][0]["tool_calls"][0]["name"] == "grep");
+  CHECK(requests[1]["new_messages"][1]["role"] == "tool");
+  CHECK(requests[1]["new_messages"][1]["content"].get<std::string>().find("README.md:2: hello world") != std::string::npos);
+  CHECK(responses[1]["content"].get<std::string>().find("Found it.") != std::string::npos);
+}
+
+TEST_CASE("spec checks: unique ids, enums, tool_done.bytes, and tool_result_bytes on what reaches the model") {
+  struct Case {
+    const char* mode;
+    const char* expect;
+  } cases[] = {
+      {"reuse_id", "model_request id 'm1' was already used in this session"},
+      {"tool_done_lies", "says bytes 200000, more than tool_result_bytes 16000 allows"},
+      {"bad_role", "field 'messages[0].role' must be one of system, user, assistant, tool (got 'developer')"},
+      {"bad_level", "field 'level' must be one of debug, info, warn, error (got 'loud')"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.mode);
+    Spec s;
+    s.fake = c.mode;
+    auto o = run(s);
+    CHECK(o.env.status == Status::protocol_error);
+    CHECK_MESSAGE(o.env.reason.find(c.expect) != std::string::npos, o.env.reason);
+  }
+  // The 200 KB tool message is cut to the preset's 16,000 bytes before the model sees it; the
+  // session goes on (twin: the good child's short messages are never cut).
+  Spec s;
+  s.fake = "big_tool_message";
+  auto o = run(s);
+  CHECK_MESSAGE(o.env.status == Status::completed, o.env.reason);
+  REQUIRE(o.count("tool_results_cut") == 1);
+  Spec good;
+  good.fake = "good";
+  auto g = run(good);
+  CHECK(g.env.status == Status::completed);
+  CHECK(g.count("tool_results_cut") == 0);
+}
+
+TEST_CASE("a child the supervisor kills mid-line is reported for the supervisor's reason, not protocol_error") {
+  // Twin: the same half line from a child that exits by itself is the child's protocol error.
+  {
+    Spec s;
+    s.fake = "cut_line";
+    CHECK(run(s).env.status == Status::protocol_error);
+  }
+  {  // timeout: wrap_up is ignored, the grace expires, the kill cuts the half-written line
+    Spec s;
+    s.fake = "half_line_hang";
+    s.limits.timeout_ms = 400;
+    s.limits.wrap_up_grace_ms = 200;
+    auto o = run(s);
+    CHECK_MESSAGE(o.env.status == Status::timeout, o.env.reason);
+    CHECK(o.env.budget == "time");
+    CHECK(o.env.reason.find("was killed") != std::string::npos);
+    CHECK(o.count("after_kill") == 1);
+  }
+  {  // cancel
+    Spec s;
+    s.fake = "half_line_hang";
+    s.cancel_after = std::chrono::milliseconds(300);
+    auto o = run(s);
+    CHECK_MESSAGE(o.env.status == Status::cancelled, o.env.reason);
+  }
+}
+
 TEST_CASE("a flood of valid lines is read in bounded memory and the child still completes") {
   Spec s;
   s.fake = "flood";

@@ -6,16 +6,19 @@
 #include <set>
 #include <vector>
 
+#include "protocol/envelope.hpp"
 #include "supervisor/audit.hpp"
 #include "supervisor/transcript.hpp"
 
 namespace supervisor::cli {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
 
 constexpr const char* kAuditHelp = R"(usage: subagent-supervisor audit [filters] [--children | --json] [--file FILE]
+       subagent-supervisor audit --conversation ID [--json] [--transcript-dir DIR]
 
 Reads the audit log (one JSON line per spawn, tool decision, approval, budget event, kill and
 envelope) and prints the lines that match every filter given.
@@ -35,6 +38,13 @@ Output:
 
   --file FILE        the audit log (default: $XDG_STATE_HOME/subagent-supervisor/transcripts/audit.jsonl)
   -h, --help         this text
+
+One child's conversation, from its transcript (a unique prefix of the id is enough):
+  --conversation ID  every message the model was sent, each once and in order, the model's
+                     answers and tool calls, the tool decisions and results, and the envelope
+  --json             instead: the messages as one JSON array (the history the model saw on the
+                     last turn, then its last answer), ready to send to a model again
+  --transcript-dir DIR  where the transcripts are (default: the audit log's directory)
 
 Examples:
   subagent-supervisor audit --child 3f2a            # what did child 3f2a... do
@@ -97,11 +107,125 @@ std::string describe(const json& l) {
   return d;
 }
 
+std::string one_line(const json& v, std::size_t max = 300) {
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (s.size() > max) s = protocol::cap_utf8(s, max).text + "…";
+  return s;
+}
+
+// The transcript of the one child whose id starts with `prefix`, or an error naming what is wrong.
+std::string find_transcript(const fs::path& dir, const std::string& prefix, fs::path& out) {
+  if (prefix.empty() || prefix.find_first_not_of("0123456789abcdefABCDEF-_") != std::string::npos)
+    return "'" + prefix + "' is not a child id";
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("subagent-" + prefix, 0) == 0 && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0)
+      found.push_back(it->path());
+  }
+  if (ec) return "cannot read the transcript directory " + dir.string() + ": " + ec.message();
+  if (found.empty()) return "no transcript for a child '" + prefix + "' in " + dir.string();
+  if (found.size() > 1) return "'" + prefix + "' matches " + std::to_string(found.size()) + " transcripts; give more of the id";
+  out = found.front();
+  return "";
+}
+
+void print_message(const json& m) {
+  const std::string role = m.value("role", "?");
+  std::string head = "[" + role;
+  if (role == "tool") head += " " + m.value("name", "") + " " + m.value("tool_call_id", "");
+  head += "]";
+  const json content = m.contains("content") ? m["content"] : json("");
+  std::printf("%s %s\n", head.c_str(), content.is_string() ? content.get_ref<const std::string&>().c_str() : content.dump().c_str());
+  if (m.contains("tool_calls") && m["tool_calls"].is_array())
+    for (const auto& c : m["tool_calls"])
+      std::printf("    -> tool call %s %s %s\n", c.value("id", "").c_str(), c.value("name", "").c_str(),
+                  one_line(c.value("arguments", json::object()), 2000).c_str());
+}
+
+int conversation(const std::string& id, const std::string& transcript_dir, const std::string& audit_file, bool as_json) {
+  fs::path dir = !transcript_dir.empty() ? fs::path(transcript_dir)
+                 : !audit_file.empty()   ? fs::path(audit_file).parent_path()
+                                         : default_transcript_dir();
+  fs::path file;
+  if (std::string err = find_transcript(dir, id, file); !err.empty()) {
+    std::fprintf(stderr, "subagent-supervisor audit: %s\n", err.c_str());
+    return 1;
+  }
+  std::ifstream in(file, std::ios::binary);
+  json doc = in ? json::parse(in, nullptr, false) : json(json::value_t::discarded);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("events") || !doc["events"].is_array()) {
+    std::fprintf(stderr, "subagent-supervisor audit: %s is not a readable transcript\n", file.string().c_str());
+    return 2;
+  }
+  // history: what the model was sent, rebuilt from each request's new messages (see docs/transcripts.md).
+  json history = json::array();
+  json last_reply;
+  if (!as_json)
+    std::printf("child %s  preset %s  model %s  status %s\nbrief: %s\n", doc.value("id", "").c_str(),
+                doc.value("preset", "").c_str(), doc.value("model", "").c_str(), doc.value("status", "").c_str(),
+                doc.value("brief", "").c_str());
+  for (const auto& e : doc["events"]) {
+    const std::string kind = e.value("event", "");
+    if (kind == "model_request") {
+      const std::size_t from = e.value("messages_from", std::size_t{0});
+      if (history.size() > from) {
+        if (!as_json) std::printf("  (the child rewrote its history from message %zu)\n", from);
+        history.erase(history.begin() + static_cast<std::ptrdiff_t>(from), history.end());
+      }
+      if (!as_json) {
+        std::printf("=== model request %s, step %s, tools: %s%s\n", e.value("id", "").c_str(),
+                    one_line(e.value("step", json(0))).c_str(), one_line(e.value("tool_names", json::array())).c_str(),
+                    e.value("wrap_up_turn", false) ? " (wrap-up turn)" : "");
+      }
+      for (const auto& m : e.value("new_messages", json::array())) {
+        history.push_back(m);
+        if (!as_json) print_message(m);
+      }
+      last_reply = nullptr;
+    } else if (kind == "model_response") {
+      json reply = {{"role", "assistant"}, {"content", e.value("content", json(""))}};
+      if (e.contains("tool_calls") && e["tool_calls"].is_array() && !e["tool_calls"].empty())
+        reply["tool_calls"] = e["tool_calls"];
+      last_reply = reply;
+      if (!as_json) {
+        std::printf("=== model response %s%s\n", e.value("id", "").c_str(),
+                    e.value("ok", true) ? "" : (", failed: " + one_line(e.value("error", json("")))).c_str());
+        if (e.value("ok", true)) print_message(reply);
+      }
+    } else if (!as_json && kind == "tool_decision") {
+      std::printf("--- tool %s %s %s: %s (%s)\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
+                  one_line(e.value("args", json::object()), 2000).c_str(), e.value("decision", "").c_str(),
+                  e.value("reason", "").c_str());
+    } else if (!as_json && kind == "tool_result") {
+      std::printf("--- brokered result %s (%s): %s\n", e.value("id", "").c_str(), e.value("ok", false) ? "ok" : "failed",
+                  e.value("content", "").c_str());
+    } else if (!as_json && kind == "tool_done") {
+      std::printf("--- tool done %s %s: %s, %s bytes%s\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
+                  e.value("ok", false) ? "ok" : "failed", one_line(e.value("bytes", json(0))).c_str(),
+                  e.value("error", "").empty() ? "" : (" (" + e.value("error", "") + ")").c_str());
+    } else if (!as_json && (kind == "budget" || kind == "kill" || kind == "cancel" || kind == "failure")) {
+      std::printf("--- %s: %s\n", kind.c_str(), e.value("reason", "").c_str());
+    }
+  }
+  if (as_json) {
+    if (!last_reply.is_null()) history.push_back(last_reply);
+    std::printf("%s\n", history.dump(2).c_str());
+  } else if (doc.contains("envelope") && doc["envelope"].is_object()) {
+    const json& env = doc["envelope"];
+    std::printf("=== envelope: %s (%s)\n%s\n", env.value("status", "").c_str(), env.value("reason", "").c_str(),
+                one_line(env.value("answer", json("")), 1u << 20).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_audit(Args args) {
   Filter f;
-  std::string file;
+  std::string file, conversation_id, transcript_dir;
   bool as_json = false, children = false;
   try {
     while (auto a = args.next()) {
@@ -118,9 +242,13 @@ int cmd_audit(Args args) {
       else if (flag == "--preset") f.preset = args.value(flag);
       else if (flag == "--json") as_json = true;
       else if (flag == "--children") children = true;
+      else if (flag == "--conversation") conversation_id = args.value(flag);
+      else if (flag == "--transcript-dir") transcript_dir = args.value(flag);
       else throw UsageError("unknown option '" + flag + "' (see audit --help)");
     }
     if (as_json && children) throw UsageError("--json and --children do not go together");
+    if (conversation_id.empty() && !transcript_dir.empty())
+      throw UsageError("--transcript-dir goes with --conversation ID");
     if (!f.decision.empty() && f.decision != "allow" && f.decision != "deny" && f.decision != "ask")
       throw UsageError("--decision takes allow, deny or ask, not '" + f.decision + "'");
     if (!f.event.empty() && !AuditLog::audited(f.event))
@@ -129,6 +257,8 @@ int cmd_audit(Args args) {
     std::fprintf(stderr, "subagent-supervisor audit: %s\n", e.what());
     return kUsageError;
   }
+
+  if (!conversation_id.empty()) return conversation(conversation_id, transcript_dir, file, as_json);
 
   const std::string path = file.empty() ? default_audit_file().string() : file;
   std::ifstream in(path, std::ios::binary);

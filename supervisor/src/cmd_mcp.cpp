@@ -38,11 +38,15 @@ Options:
 )";
 
 constexpr auto kHeartbeat = std::chrono::seconds(5);
+// At most one progress notification per call in this interval: a busy child moves every few
+// milliseconds, and a host needs to see that it lives, not every step.
+constexpr auto kMinProgressInterval = std::chrono::milliseconds(500);
 
 struct SyncCall {
   json request_id;
   json progress_token;  // null: the client asked for no progress
   std::uint64_t progress = 0;
+  std::chrono::steady_clock::time_point last_progress{};
   bool cancelled = false;  // the client cancelled the request: no response is sent
   bool answered = false;
 };
@@ -201,9 +205,15 @@ struct McpServer {
 
   void progress(const std::string& child) {
     auto it = sync_calls.find(child);
-    if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled) return;
+    // Never after the result: a host drops the token with the answer and warns about the stray.
+    if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled ||
+        it->second->answered)
+      return;
     auto info = hub->info(child);
-    if (!info || info->state == "done") return;
+    if (!info || info->state == "done" || info->envelope) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (it->second->progress > 0 && now - it->second->last_progress < kMinProgressInterval) return;
+    it->second->last_progress = now;
     const Progress& p = info->progress;
     std::string message = info->state == "running"
                               ? "step " + std::to_string(p.steps) + "/" + std::to_string(p.max_steps) + ", " +
@@ -243,6 +253,7 @@ struct McpServer {
     const std::string name = p["name"];
     json args = p.value("arguments", json::object());
     if (args.is_null()) args = json::object();
+    args = mcp::without_host_fields(std::move(args));
     json token = nullptr;
     if (auto m = p.find("_meta"); m != p.end() && m->is_object() && m->contains("progressToken")) {
       const json& t = (*m)["progressToken"];

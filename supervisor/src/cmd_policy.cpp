@@ -229,7 +229,8 @@ void explain_text(const Preset& p, const std::string& workspace) {
     std::printf("  r--  %s%s  protected: read-only bind mount in the child's mount namespace (writes: EROFS)\n",
                 r.front() == '/' ? "" : "<each write root>/", subst(r, workspace).c_str());
   if (s.write_paths.empty()) std::printf("  (no write roots: nothing may be created, changed or deleted)\n");
-  std::printf("  ${child} is the child program (for `sandbox`, CMD's executable).\n"
+  std::printf("  ${child} is the child program (for `sandbox`, CMD's executable); ${interpreter} is its '#!'\n"
+              "  interpreter, resolved to the real path at launch (env and the program it runs), nothing for a binary.\n"
               "  Rules follow inodes, resolved when the plan is made: a symlink inside a root that points outside is\n"
               "  denied; a hard link that already exists inside a root is readable (path-based: see policies/README.md);\n"
               "  the child cannot make one (EACCES, or EXDEV from REFER). Not mediated: stat, readlink, access, chdir,\n"

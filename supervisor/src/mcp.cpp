@@ -96,8 +96,9 @@ json limits_schema() {
             {"max_tool_calls", count("tool calls")},
             {"max_tokens", count("input + output tokens over the whole run")},
             {"max_thinking_tokens", count("reasoning tokens")},
+            // anyOf rather than a type array: some hosts (Gemini CLI) warn about or drop type arrays.
             {"timeout",
-             {{"type", {"integer", "string"}},
+             {{"anyOf", {{{"type", "integer"}, {"minimum", 1}}, {{"type", "string"}}}},
               {"description", "wall time: seconds, or a duration such as \"90s\", \"5m\", \"1h\""}}},
             {"max_cost_usd",
              {{"type", "number"},
@@ -128,7 +129,7 @@ json envelope_schema() {
             {"reason", {{"type", "string"}}},
             {"summary", {{"type", "string"}}},
             {"answer", {{"type", "string"}}},
-            {"transcript", {{"type", {"string", "null"}}}}}},
+            {"transcript", {{"anyOf", {{{"type", "string"}}, {{"type", "null"}}}}}}}},
           {"required", {"id", "preset", "status", "reason"}}};
 }
 
@@ -280,7 +281,7 @@ json tool_definitions(const std::vector<Preset>& presets) {
                   {{"type", "object"},
                    {"properties", {{"child_id", {{"type", "string"}}}, {"state", {{"type", "string"}}}}},
                    {"required", {"child_id", "state"}}}},
-                 {"annotations", annotations("Cancel a subagent", false, true, true, false)}};
+                 {"annotations", annotations("Cancel a subagent", false, false, true, false)}};
 
   json apply_in = child_id_schema("the finished child whose patch to apply");
   apply_in["properties"]["allow_flagged"] = {
@@ -307,6 +308,14 @@ json tool_definitions(const std::vector<Preset>& presets) {
                 {"annotations", annotations("Apply a subagent's patch", false, true, false, false)}};
 
   return json::array({spawn, list, output, cancel, apply});
+}
+
+std::vector<std::string> host_added_fields() { return {"wait_for_previous"}; }
+
+json without_host_fields(json args) {
+  if (!args.is_object()) return args;
+  if (auto it = args.find("wait_for_previous"); it != args.end() && it->is_boolean()) args.erase(it);
+  return args;
 }
 
 SpawnArguments parse_spawn_arguments(const json& args) {

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "protocol/tools.hpp"
+
 namespace supervisor {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -197,10 +199,19 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   p.blocked = r.strings(doc, "blocked", "");
   std::set<std::string> seen;
   for (const auto* list : {&p.allow, &p.ask, &p.deny}) {
-    for (const auto& t : *list) {
+    const char* field = list == &p.allow ? "tools.allow" : list == &p.ask ? "tools.ask" : "tools.deny";
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const std::string& t = (*list)[i];
+      // One catalogue (protocol/tools.json) says which tools exist: a name outside it would be
+      // offered to no model, or silently dropped. Parent-only capabilities may still be denied.
+      const bool parent_only = std::find(p.blocked.begin(), p.blocked.end(), t) != p.blocked.end();
       if (!seen.insert(t).second) r.fail("tools", "lists '" + t + "' more than once");
-      if (std::find(p.blocked.begin(), p.blocked.end(), t) != p.blocked.end() && list != &p.deny)
+      if (parent_only && list != &p.deny)
         r.fail("tools", "grants '" + t + "', which is a parent-only capability listed in \"blocked\"");
+      if (!protocol::find_tool(t) && !parent_only)
+        r.fail(std::string(field) + "[" + std::to_string(i) + "]",
+               "names '" + t + "', which is not a tool in the catalogue (protocol/tools.json); the tools are: " +
+                   protocol::tool_names_text());
     }
   }
   if (auto it = tools.find("rules"); it != tools.end()) {

@@ -4,6 +4,7 @@
 //    "usage": {"input_tokens": 10, "output_tokens": 5, "reasoning_tokens": 0},
 //    "finish_reason": "tool_calls", "repeat": 3 | "forever", "delay_ms": 0}
 // or {"error": {"code": "provider_error", "message": "..."}}. Lines starting with // are comments.
+// The format is documented for users in docs/models.md ("Replay scripts").
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fstream>

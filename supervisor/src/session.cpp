@@ -11,7 +11,7 @@
 #include <csignal>
 #include <cstring>
 
-#include "child/tools.hpp"
+#include "protocol/tools.hpp"
 #include "sandbox/launch.hpp"
 
 namespace supervisor {
@@ -45,6 +45,32 @@ void ignore_sigpipe_once() {
   }();
   (void)done;
 }
+
+// What the child's own framing may add to a capped tool result ("Tool error: ", "Tool call denied by
+// the supervisor: <reason>") before the supervisor cuts it.
+constexpr std::size_t kToolResultSlack = 512;
+
+// Cuts every tool message in `messages` longer than the cap (plus the slack) down to the cap, with
+// a note saying so: tool_result_bytes holds on what reaches the model, whatever the child claims.
+std::size_t cap_tool_results(json& messages, std::uint64_t cap) {
+  if (cap == 0) return 0;
+  std::size_t cut = 0;
+  for (auto& msg : messages) {
+    if (!msg.is_object() || msg.value("role", "") != "tool") continue;
+    auto c = msg.find("content");
+    if (c == msg.end() || !c->is_string()) continue;
+    const std::size_t n = c->get_ref<const std::string&>().size();
+    if (n <= cap + kToolResultSlack) continue;
+    std::string text = proto::cap_utf8(c->get_ref<const std::string&>(), cap).text;
+    text += "\n[cut by the supervisor: this tool result was " + std::to_string(n) + " bytes; tool_result_bytes is " +
+            std::to_string(cap) + "]";
+    *c = std::move(text);
+    ++cut;
+  }
+  return cut;
+}
+
+std::string shown_id(const std::string& id) { return proto::cap_utf8(id, 64).text; }
 
 }  // namespace
 
@@ -132,8 +158,9 @@ void ChildSession::emit(json event) {
 }
 
 json ChildSession::tool_specs_for_child() const {
-  // The reference schemas of the standard tools, for exactly the tools the policy offers.
-  return child::tool_specs(offered_tools(*cfg_.preset));
+  // The catalogue's specs (protocol/tools.json), for exactly the tools the policy offers: local
+  // and brokered alike (a policy naming a tool outside the catalogue was refused at load).
+  return protocol::tool_specs(offered_tools(*cfg_.preset));
 }
 
 void ChildSession::report_progress() {
@@ -325,8 +352,15 @@ void ChildSession::handle(const proto::Hello& m) {
   w.task.workspace = cfg_.workspace.string();
   w.task.tools = tool_specs_for_child();
   const Budgets& b = cfg_.budgets;
-  w.task.limits = {b.max_steps,     b.max_tool_calls, b.max_tokens,       b.timeout_ms,
-                   b.summary_bytes, b.answer_bytes,   b.tool_result_bytes};
+  w.task.limits.max_steps = b.max_steps;
+  w.task.limits.max_tool_calls = b.max_tool_calls;
+  w.task.limits.max_tokens = b.max_tokens;
+  w.task.limits.timeout_ms = b.timeout_ms;
+  w.task.limits.summary_bytes = b.summary_bytes;
+  w.task.limits.answer_bytes = b.answer_bytes;
+  w.task.limits.tool_result_bytes = b.tool_result_bytes;
+  w.task.limits.max_thinking_tokens = b.max_thinking_tokens;
+  w.task.limits.wrap_up_grace_ms = b.wrap_up_grace_ms;
   state_ = State::running;
   send(w);
   report_progress();
@@ -378,6 +412,11 @@ std::string ChildSession::reservation_refusal(std::uint64_t est_input, std::uint
 
 void ChildSession::handle(const proto::ModelRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
+  if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
+    fail(proto::Status::protocol_error, "protocol error: model_request id '" + shown_id(m.id) +
+                                            "' was already used in this session (request ids must be unique)");
+    return;
+  }
   if (model_in_flight_) {
     fail(proto::Status::protocol_error,
          "protocol error: model_request '" + m.id + "' while '" + *model_in_flight_ + "' is still in flight");
@@ -427,6 +466,8 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   call.child_id = cfg_.id;
   call.messages = m.messages;
   call.tools = std::move(tools);
+  if (std::size_t cut = cap_tool_results(call.messages, cfg_.budgets.tool_result_bytes))
+    emit({{"event", "tool_results_cut"}, {"id", m.id}, {"count", cut}, {"tool_result_bytes", cfg_.budgets.tool_result_bytes}});
   call.max_thinking_tokens = thinking_left();
   call.wrap_up = wrap_turn;
   call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
@@ -442,11 +483,29 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   pending_bytes_ = bytes;
   pending_messages_ = m.messages.size();
   pending_estimate_ = est_input;
+  // The transcript gets each message the model is sent once, in order, as sent (tool results
+  // already capped): the child resends its whole history every turn, so only what is new is
+  // recorded, from the first message that differs from what was recorded before.
+  std::size_t from = 0;
+  json new_messages = json::array();
+  {
+    std::vector<std::size_t> hashes;
+    hashes.reserve(call.messages.size());
+    for (const auto& msg : call.messages) hashes.push_back(std::hash<std::string>{}(msg.dump()));
+    while (from < recorded_messages_.size() && from < hashes.size() && recorded_messages_[from] == hashes[from]) ++from;
+    for (std::size_t i = from; i < call.messages.size(); ++i) new_messages.push_back(call.messages[i]);
+    recorded_messages_ = std::move(hashes);
+  }
+  json tool_names = json::array();
+  for (const auto& spec : call.tools) tool_names.push_back(spec.value("name", ""));
   emit({{"event", "model_request"},
         {"id", m.id},
         {"step", steps_},
         {"messages", m.messages.size()},
+        {"messages_from", from},
+        {"new_messages", std::move(new_messages)},
         {"tools", call.tools.size()},
+        {"tool_names", std::move(tool_names)},
         {"max_tokens", call.max_tokens},
         {"estimated_input_tokens", est_input},
         {"thinking_tokens_left", call.max_thinking_tokens},
@@ -520,8 +579,9 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
 
 void ChildSession::handle(const proto::ToolRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
-  if (pending_tools_.count(m.id)) {
-    fail(proto::Status::protocol_error, "protocol error: tool_request id '" + m.id + "' reused");
+  if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
+    fail(proto::Status::protocol_error, "protocol error: tool_request id '" + shown_id(m.id) +
+                                            "' reused (request ids must be unique in a session)");
     return;
   }
   if (state_ == State::running && tool_calls_ >= cfg_.budgets.max_tool_calls)
@@ -557,7 +617,14 @@ void ChildSession::decide_tool(const proto::ToolRequest& m) {
                          [self = shared_from_this(), id = req.id](bool ok, std::string content) {
                            if (self->state_ == State::finishing || self->state_ == State::done) return;
                            self->pending_tools_.erase(id);
-                           self->emit({{"event", "tool_result"}, {"id", id}, {"ok", ok}, {"bytes", content.size()}});
+                           const std::uint64_t cap = self->cfg_.budgets.tool_result_bytes;
+                           if (cap > 0 && content.size() > cap) {  // the same cap as a local tool's result
+                             const std::size_t n = content.size();
+                             content = proto::cap_utf8(content, cap).text + "\n[cut by the supervisor: " +
+                                       std::to_string(n) + " bytes; tool_result_bytes is " + std::to_string(cap) + "]";
+                           }
+                           self->emit({{"event", "tool_result"}, {"id", id}, {"ok", ok}, {"bytes", content.size()},
+                                       {"content", content}});
                            self->send(proto::ToolResult{id, ok, std::move(content)});
                          });
     } else {
@@ -613,6 +680,13 @@ void ChildSession::handle(const proto::ToolDone& m) {
   auto it = pending_tools_.find(m.id);
   if (it == pending_tools_.end()) {
     fail(proto::Status::protocol_error, "protocol error: tool_done for '" + m.id + "', which was not allowed");
+    return;
+  }
+  const std::uint64_t cap = cfg_.budgets.tool_result_bytes;
+  if (cap > 0 && m.bytes > cap + kToolResultSlack) {
+    fail(proto::Status::protocol_error, "protocol error: tool_done '" + shown_id(m.id) + "' says bytes " +
+                                            std::to_string(m.bytes) + ", more than tool_result_bytes " +
+                                            std::to_string(cap) + " allows");
     return;
   }
   emit({{"event", "tool_done"}, {"id", m.id}, {"tool", it->second}, {"ok", m.ok}, {"bytes", m.bytes},
@@ -768,6 +842,12 @@ void ChildSession::begin_wrap_up(proto::Status status, const std::string& budget
 
 void ChildSession::fail(proto::Status status, const std::string& reason) {
   if (state_ == State::done) return;
+  if (status == proto::Status::protocol_error && killed_ && status_ && *status_ != proto::Status::protocol_error) {
+    // The supervisor already ended this child for its own reason (timeout, budget, cancel); a line
+    // its SIGKILL cut short, or a pipe it closed, is the kill's doing and not the child's fault.
+    emit({{"event", "after_kill"}, {"reason", reason}});
+    return;
+  }
   if (!status_ || *status_ != proto::Status::cancelled) {
     status_ = status;
     budget_.clear();

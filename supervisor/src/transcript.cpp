@@ -441,6 +441,17 @@ void Transcript::record(const json& event) noexcept {
     if (finished_) return;
     json e = store_->scrubber->scrub_json(event);
     detail::cap_json_strings(e, store_->options.max_string_bytes);
+    // One record (say a model turn that sends many long tool results) stays under its cap too:
+    // every string is cut shorter until it fits, and the record says so.
+    // Only the kinds that carry content can get that long; the others skip the size check.
+    const bool content = kind == "model_request" || kind == "model_response" || kind == "tool_result" ||
+                         kind == "tool_decision" || kind == "approval";
+    const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
+    for (std::size_t cap = store_->options.max_string_bytes / 4; max_record && cap >= 64 && e.dump().size() > max_record;
+         cap /= 4) {
+      detail::cap_json_strings(e, cap);
+      e["record_cut"] = true;
+    }
     e["time"] = rfc3339_utc();
     if (kind == "spawn") {
       if (doc_["model"].get_ref<const std::string&>().empty() && e.contains("model") && e["model"].is_string())

@@ -90,8 +90,23 @@ test('initialize, then tools/list offers five tools with schemas and annotations
       assert.equal(typeof t.annotations.readOnlyHint, 'boolean', `${t.name} annotations`);
       assert.ok(t.description.length > 40, `${t.name} has a description`);
     }
+    // Hosts may run read-only tools without asking, and stopping a child destroys nothing.
     assert.equal(byName.agent_list.annotations.readOnlyHint, true);
-    assert.equal(byName.agent_cancel.annotations.destructiveHint, true);
+    assert.equal(byName.agent_output.annotations.readOnlyHint, true);
+    assert.equal(byName.agent_cancel.annotations.destructiveHint, false);
+    assert.equal(byName.agent_apply.annotations.destructiveHint, true);
+    // No type arrays anywhere ("type": ["integer", "string"]): anyOf, which every host reads.
+    const typeArrays = [];
+    const walk = (v, path) => {
+      if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${path}/${i}`));
+      else if (v && typeof v === 'object') {
+        if (Array.isArray(v.type)) typeArrays.push(path);
+        for (const [k, x] of Object.entries(v)) walk(x, `${path}/${k}`);
+      }
+    };
+    for (const t of tools) walk({ in: t.inputSchema, out: t.outputSchema }, t.name);
+    assert.deepEqual(typeArrays, []);
+    assert.equal(byName.agent_spawn.inputSchema.properties.limits.properties.timeout.anyOf.length, 2);
     const spawn = byName.agent_spawn;
     assert.deepEqual([...spawn.inputSchema.properties.preset.enum].sort(), presetsOnDisk);
     for (const p of presetsOnDisk) assert.match(spawn.description, new RegExp(`- ${p}: `), `description lists ${p}`);
@@ -124,7 +139,7 @@ test('a sync agent_spawn runs a real explore child and returns its envelope, wit
     const r = await client.callTool({ name: 'agent_spawn', arguments: {
       preset: 'explore', description: 'map the protocol module',
       brief: 'Find where the protocol framing is implemented. Cite files and lines.' } },
-    undefined, { onprogress: (p) => progress.push(p), timeout: 120000 });
+    undefined, { onprogress: (p) => progress.push({ ...p, at: Date.now() }), timeout: 120000 });
     assert.equal(r.isError, false);
     const env = r.structuredContent;
     assert.equal(env.status, 'completed', env.reason);
@@ -136,6 +151,13 @@ test('a sync agent_spawn runs a real explore child and returns its envelope, wit
     assert.ok(progress.length >= 1, 'progress notifications arrived');
     for (let i = 1; i < progress.length; i++) assert.ok(progress[i].progress > progress[i - 1].progress);
     assert.match(progress.at(-1).message, /step|queued|running/);
+    // Rate-limited (at most one per 500 ms), and none after the result: a host has forgotten the
+    // token by then (Claude Code logs "unknown token").
+    for (let i = 1; i < progress.length; i++)
+      assert.ok(progress[i].at - progress[i - 1].at >= 400, `progress ${i} came ${progress[i].at - progress[i - 1].at} ms after the one before`);
+    const count = progress.length;
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(progress.length, count, 'no progress notification after the result');
   } finally {
     await client.close();
   }
@@ -296,6 +318,32 @@ test('agent_apply applies the patch an implementation child returned', async () 
     assert.equal(readFileSync(join(ws, 'NEW.md'), 'utf8'), 'from the child\n');
     const again = await client.callTool({ name: 'agent_apply', arguments: { child_id: r.structuredContent.id } });
     assert.equal(again.isError, true, 'a patch that no longer applies is reported');
+  } finally {
+    await client.close();
+  }
+});
+
+test('host-added wait_for_previous (Gemini CLI) is ignored on every tool; real typos are still refused', async () => {
+  const { client } = await connect({ workspace: SRC, model: script([SLOW_FOREVER]) });
+  try {
+    const bg = await client.callTool({ name: 'agent_spawn', arguments: { preset: 'explore', brief: 'b',
+      description: 'with host field', background: true, wait_for_previous: true } });
+    assert.equal(bg.isError, false, bg.content[0].text);
+    const id = bg.structuredContent.child_id;
+    const list = await client.callTool({ name: 'agent_list', arguments: { wait_for_previous: false } });
+    assert.equal(list.isError, false, list.content[0].text);
+    assert.ok(list.structuredContent.children.some((c) => c.child_id === id));
+    const out = await client.callTool({ name: 'agent_output', arguments: { child_id: id, wait_for_previous: true } });
+    assert.equal(out.isError, false, out.content[0].text);
+    // Twins: a misspelt field, or the host field with a type no host sends, is refused by name.
+    const typo = await client.callTool({ name: 'agent_list', arguments: { wait_for_previus: true } });
+    assert.equal(typo.isError, true);
+    assert.match(typo.content[0].text, /wait_for_previus: unknown field/);
+    const wrong = await client.callTool({ name: 'agent_output', arguments: { child_id: id, wait_for_previous: 'yes' } });
+    assert.equal(wrong.isError, true);
+    assert.match(wrong.content[0].text, /wait_for_previous: unknown field/);
+    const c = await client.callTool({ name: 'agent_cancel', arguments: { child_id: id, wait_for_previous: true } });
+    assert.equal(c.isError, false, c.content[0].text);
   } finally {
     await client.close();
   }

@@ -177,6 +177,22 @@ async function startSlowChild(s) {
 for (const [how, stop] of [
   ['the client closes stdin', (s) => s.proc.stdin.end()],
   ['SIGTERM', (s) => s.proc.kill('SIGTERM')],
+  // Codex stops its servers with SIGTERM and repeats it; an impatient user presses Ctrl-C twice.
+  ['SIGTERM twice in a row', (s) => { s.proc.kill('SIGTERM'); s.proc.kill('SIGTERM'); }],
+  ['SIGINT, then SIGTERM 50 ms later', (s) => {
+    s.proc.kill('SIGINT');
+    setTimeout(() => s.proc.kill('SIGTERM'), 50);
+  }],
+  // A signal in every moment of the shutdown, the last moments of the exit included.
+  ['SIGTERM every 2 ms until it exits', (s) => {
+    const t = setInterval(() => { try { s.proc.kill('SIGTERM'); } catch { /* gone */ } }, 2);
+    s.proc.on('exit', () => clearInterval(t));
+  }],
+  ['SIGTERM three times, 20 ms apart', (s) => {
+    s.proc.kill('SIGTERM');
+    setTimeout(() => s.proc.kill('SIGTERM'), 20);
+    setTimeout(() => s.proc.kill('SIGTERM'), 40);
+  }],
 ]) {
   test(`${how} mid-spawn: the child is cancelled, its envelope reported, the server exits 0`, async () => {
     const s = new Server();
@@ -185,7 +201,8 @@ for (const [how, stop] of [
     const r = await s.reply('spawn');
     assert.equal(r.result.structuredContent.id, id);
     assert.equal(r.result.structuredContent.status, 'cancelled');
-    const { code } = await s.exited;
+    const { code, signal } = await s.exited;
+    assert.equal(signal, null, `the server died by ${signal}`);
     assert.equal(code, 0);
   });
 }

@@ -190,6 +190,50 @@ int run(int argc, char** argv) {
     ::pause();
     return 0;
   }
+  if (mode == "reuse_id") {  // a request id used twice in one session, the first long answered
+    send(ModelRequest{"m1", json::array({{{"role", "user"}, {"content", "a"}}}), json::array(), std::nullopt});
+    receive();
+    send(ModelRequest{"m1", json::array({{{"role", "user"}, {"content", "b"}}}), json::array(), std::nullopt});
+    receive();
+    ::pause();
+    return 0;
+  }
+  if (mode == "big_tool_message") {  // says 7 bytes, then puts 200 KB of tool result in front of the model
+    send(ToolRequest{"t1", "list_dir", json::object()});
+    receive();
+    send(ToolDone{"t1", true, 7, ""});
+    json msgs = json::array({{{"role", "user"}, {"content", "go"}},
+                             {{"role", "assistant"}, {"content", ""},
+                              {"tool_calls", json::array({{{"id", "c1"}, {"name", "list_dir"}, {"arguments", json::object()}}})}},
+                             {{"role", "tool"}, {"tool_call_id", "c1"}, {"name", "list_dir"}, {"content", std::string(200000, 'x')}}});
+    send(ModelRequest{"m1", msgs, json::array(), std::nullopt});
+    auto r = receive();
+    std::string text = std::holds_alternative<ModelResponse>(r) ? std::get<ModelResponse>(r).content : "no answer";
+    send(Final{text.substr(0, 100), text, json::object()});
+    return 0;
+  }
+  if (mode == "tool_done_lies") {  // claims more bytes than any tool result may have
+    send(ToolRequest{"t1", "list_dir", json::object()});
+    receive();
+    send(ToolDone{"t1", true, 200000, ""});
+    ::pause();
+    return 0;
+  }
+  if (mode == "bad_role") {
+    send(ModelRequest{"m1", json::array({{{"role", "developer"}, {"content", "a"}}}), json::array(), std::nullopt});
+    ::pause();
+    return 0;
+  }
+  if (mode == "bad_level") {
+    send(Log{"loud", "hello"});
+    ::pause();
+    return 0;
+  }
+  if (mode == "half_line_hang") {  // half a line, then nothing: only the supervisor's kill ends it
+    ignore_signals();
+    write_all("{\"type\":\"log\",\"message\":\"" + std::string(3000, 'h'));
+    for (;;) ::pause();
+  }
   if (mode == "cut_line") {
     write_all("{\"type\":\"final\",\"summ");
     return 0;

@@ -3,7 +3,11 @@
 // (so it never outlives its test). Behaviour is chosen by the path:
 //   /s/<scenario>/<token>/...  model endpoints (.../chat/completions or .../messages); <token> keeps
 //                              per-test state (attempt counters) apart
-//   /inspect/<token>           JSON array of the requests received for <token>: {path, headers, body}
+//   /inspect/<token>           JSON array of the requests received for <token>: {path, headers, body,
+//                              tools_offered} (tools_offered: the tool names the request offered)
+//   /script/<token>            POST a JSON array of turns for the "script" scenario: turn N answers
+//                              the Nth model request of <token>, {content, tool_calls: [{name,
+//                              arguments}]}; past the end the model answers with a short report
 //   /web/...                   pages for web_fetch / web_search (see web())
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -30,6 +34,7 @@ namespace {
 std::mutex mu;
 std::map<std::string, json> seen;     // token -> requests
 std::map<std::string, int> attempts;  // token -> count
+std::map<std::string, json> scripts;  // token -> turns (the "script" scenario)
 int port2 = 0;
 
 struct Req {
@@ -409,7 +414,13 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     std::lock_guard lk(mu);
     json h = json::object();
     for (auto& [k, v] : r.headers) h[k] = v;
-    seen[token].push_back({{"path", r.path}, {"headers", h}, {"body", body}});
+    json offered = json::array();  // OpenAI {type, function: {name}} and Anthropic {name} alike
+    if (body.is_object() && body.contains("tools") && body["tools"].is_array())
+      for (const auto& t : body["tools"]) {
+        if (t.contains("function")) offered.push_back(t["function"].value("name", ""));
+        else if (t.contains("name")) offered.push_back(t.value("name", ""));
+      }
+    seen[token].push_back({{"path", r.path}, {"headers", h}, {"body", body}, {"tools_offered", offered}});
     attempt = ++attempts[token];
   }
   const bool anthropic = r.path.size() >= 9 && r.path.compare(r.path.size() - 9, 9, "/messages") == 0;
@@ -441,6 +452,29 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
       s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", 40}, {"completion_tokens", 12}}}});
       s.raw("data: [DONE]\n\n");
     }
+    s.end();
+    return s.ok;
+  }
+  if (scenario == "script" && !anthropic) {  // scripted turns (POST /script/<token>), OpenAI format
+    json turn;
+    {
+      std::lock_guard lk(mu);
+      const json& all = scripts[token];
+      if (all.is_array() && attempt <= int(all.size())) turn = all[size_t(attempt - 1)];
+    }
+    if (turn.is_null()) turn = {{"content", "## Summary\nThe scripted turns are done.\n"}};
+    Sse s(fd);
+    s.data(chunk({{"role", "assistant"}, {"content", turn.value("content", "")}}));
+    const json calls = turn.value("tool_calls", json::array());
+    for (size_t i = 0; i < calls.size(); ++i)
+      s.data(chunk({{"tool_calls", {{{"index", i}, {"id", "call_" + std::to_string(attempt) + "_" + std::to_string(i)},
+                                     {"type", "function"},
+                                     {"function", {{"name", calls[i].value("name", "")},
+                                                   {"arguments", calls[i].value("arguments", json::object()).dump()}}}}}}}));
+    s.data(chunk(json::object(), calls.empty() ? "stop" : "tool_calls"));
+    s.data({{"id", "chatcmpl-1"}, {"choices", json::array()},
+            {"usage", {{"prompt_tokens", 100}, {"completion_tokens", 10}, {"total_tokens", 110}}}});
+    s.raw("data: [DONE]\n\n");
     s.end();
     return s.ok;
   }
@@ -663,6 +697,15 @@ void serve(int fd) {
       std::lock_guard lk(mu);
       json j = seen[r.path.substr(9)];
       keep = write_all(fd, response(200, "application/json", j.is_null() ? "[]" : j.dump()));
+    } else if (r.path.rfind("/script/", 0) == 0 && r.method == "POST") {
+      json turns = json::parse(r.body, nullptr, false);
+      if (!turns.is_array()) {
+        keep = write_all(fd, response(400, "text/plain", "a script is a JSON array of turns"));
+      } else {
+        std::lock_guard lk(mu);
+        scripts[r.path.substr(8)] = std::move(turns);
+        keep = write_all(fd, response(200, "application/json", "{}"));
+      }
     } else if (r.path.rfind("/s/", 0) == 0) {
       auto a = r.path.find('/', 3), b = a == std::string::npos ? a : r.path.find('/', a + 1);
       if (b == std::string::npos) keep = write_all(fd, response(404, "text/plain", "bad path"));

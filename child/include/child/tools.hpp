@@ -33,8 +33,8 @@ struct ToolOutput {
   int exit_code = 0;  // run_command: exit status, 128+signal if killed, 124 on timeout
 };
 
-// Tool specs for the model: [{name, description, input_schema}], for the named tools only
-// (unknown names are skipped).
+// Tool specs for the model: [{name, description, input_schema}] from the protocol's tool catalogue
+// (protocol/tools.json), for the named tools this child implements (other names are skipped).
 nlohmann::json tool_specs(const std::vector<std::string>& names);
 
 // Names of every tool this child implements locally.

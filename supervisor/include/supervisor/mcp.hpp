@@ -75,6 +75,14 @@ struct SpawnArguments {
   SpawnRequest request;
   bool background = false;
 };
+// Fields MCP hosts add to every tool call's arguments whatever the tool's input schema says (Gemini
+// CLI adds "wait_for_previous", a boolean about its own scheduling). Such a field is removed before
+// the arguments are checked, when it has the type the host uses; every other unknown field, and a
+// host field of the wrong type, is still refused by name.
+nlohmann::json without_host_fields(nlohmann::json args);
+// The names without_host_fields() removes, for the documentation and tests.
+std::vector<std::string> host_added_fields();
+
 // agent_spawn's arguments; throws BadRequest naming the field.
 SpawnArguments parse_spawn_arguments(const nlohmann::json& args);
 // {"child_id": "..."} plus the fields in `also`; throws BadRequest naming the field.

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -197,6 +198,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   bool last_cut_ = false;  // the last completed model turn was cut by the token cap
   std::string cut_text_;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
+  std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
+  std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
   std::uint64_t approvals_pending_ = 0;
 };
 

@@ -60,6 +60,7 @@ struct TranscriptOptions {
   std::size_t keep = 200;     // newest subagent-*.json files kept; 0 keeps all
   std::chrono::milliseconds checkpoint_interval{5'000};
   std::size_t max_string_bytes = 64 * 1024;  // per string inside an event, cut after scrubbing
+  std::size_t max_record_bytes = 512 * 1024; // per event: longer ones keep the start of each string
   std::size_t max_events = 20'000;           // later events are counted in "events_dropped"
   bool sync = true;                          // fsync file and directory (off only in benchmarks)
 };
