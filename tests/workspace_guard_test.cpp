@@ -99,13 +99,19 @@ TEST_CASE("sandbox: --workspace / is refused and nothing is created; a temp work
   CHECK(r.code == 0);
   CHECK(fs::exists(ws.path() / "made"));
 
-  // The flag allows / (and then the worker's write root is the whole host: the file is made).
-  const std::string flagged = (ws.path() / "flagged").string();
-  r = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", "/", "--allow-unsafe-workspace", "--",
+  // The flag allows a refused directory (/tmp itself here: the file is made there). "/" stays
+  // impossible even with the flag: the child's read-only root cannot hold the whole host tree.
+  const std::string flagged = "/tmp/subagent-guard-test-" + std::to_string(::getpid());
+  r = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", "/tmp", "--allow-unsafe-workspace", "--",
                  "/usr/bin/touch", flagged});
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(fs::exists(flagged));
+  fs::remove(flagged);
+  r = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", "/", "--allow-unsafe-workspace", "--",
+                 "/usr/bin/true"});
+  CHECK(r.code != 0);
+  CHECK(r.err.find("whole host tree") != std::string::npos);
 }
 
 TEST_CASE("prepare() refuses an unsafe workspace or write root unless the request allows it") {
@@ -114,6 +120,11 @@ TEST_CASE("prepare() refuses an unsafe workspace or write root unless the reques
   auto req = sandbox_test::request_for("/", {"true"});
   CHECK_THROWS_WITH_AS(sandbox::prepare(policy, req), doctest::Contains("launch request: workspace '/' is refused"),
                        sandbox::UnsafeWorkspaceError);
+  req.allow_unsafe_workspace = true;
+  // Past the guard, the read-only root refuses "/" on its own: it cannot bind the whole host.
+  CHECK_THROWS_WITH(sandbox::prepare(policy, req), doctest::Contains("whole host tree"));
+  req = sandbox_test::request_for("/tmp", {"true"});
+  CHECK_THROWS_AS(sandbox::prepare(policy, req), sandbox::UnsafeWorkspaceError);
   req.allow_unsafe_workspace = true;
   CHECK_NOTHROW(sandbox::prepare(policy, req));
 
