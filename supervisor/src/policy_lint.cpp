@@ -89,7 +89,10 @@ void lint_syscall_groups(const Preset& p, bool writes, Error& error, Warning& wa
   if (!writes && has("filesystem_write"))
     error("read-only preset (no tool that writes) allows the syscall group \"filesystem_write\" (chmod, utimensat, "
           "setxattr ... on any file the child can name); remove it from sandbox.syscalls.groups");
-  if (!p.sandbox.write_paths.empty() && !has("filesystem_write"))
+  // /dev/null is no write root in this sense: opening it read-write creates, renames and changes nothing.
+  const bool real_write_roots = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
+                                            [](const std::string& w) { return w != "/dev/null"; });
+  if (real_write_roots && !has("filesystem_write"))
     warning("sandbox.filesystem.write lists write roots but sandbox.syscalls.groups lacks \"filesystem_write\": "
             "the child can write open files but not create directories, rename, remove or chmod");
   if (has("watch"))
