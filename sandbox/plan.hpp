@@ -27,7 +27,8 @@ enum class Step : std::int32_t {
   kLoopback,
   kMountSlave,
   kProtect,
-  // Appended so the numbers above keep their meaning.
+  // The new root and identity steps, in the order the child takes them (the numbers only travel
+  // between the two halves of one binary, so their values carry no meaning of their own).
   kRootClone,     // open_tree of one root to bind into the new root
   kRootTmpfs,     // the tmpfs that becomes the child's /
   kRootBuild,     // a directory, file, symlink or bind in the new root
