@@ -150,16 +150,7 @@ std::string welcome_line(const Env &env) {
   w.task.preset = env.explore->name;
   w.task.workspace = env.workspace.string();
   w.task.tools = protocol::tool_specs(supervisor::offered_tools(*env.explore));
-  const auto &b = env.explore->budgets;
-  w.task.limits.max_steps = b.max_steps;
-  w.task.limits.max_tool_calls = b.max_tool_calls;
-  w.task.limits.max_tokens = b.max_tokens;
-  w.task.limits.timeout_ms = b.timeout_ms;
-  w.task.limits.summary_bytes = b.summary_bytes;
-  w.task.limits.answer_bytes = b.answer_bytes;
-  w.task.limits.tool_result_bytes = b.tool_result_bytes;
-  w.task.limits.max_thinking_tokens = b.max_thinking_tokens;
-  w.task.limits.wrap_up_grace_ms = b.wrap_up_grace_ms;
+  w.task.limits = supervisor::child_limits(env.explore->budgets);
   return proto::encode_line(w);
 }
 

@@ -351,16 +351,7 @@ void ChildSession::handle(const proto::Hello& m) {
   w.task.preset = cfg_.preset->name;
   w.task.workspace = cfg_.workspace.string();
   w.task.tools = tool_specs_for_child();
-  const Budgets& b = cfg_.budgets;
-  w.task.limits.max_steps = b.max_steps;
-  w.task.limits.max_tool_calls = b.max_tool_calls;
-  w.task.limits.max_tokens = b.max_tokens;
-  w.task.limits.timeout_ms = b.timeout_ms;
-  w.task.limits.summary_bytes = b.summary_bytes;
-  w.task.limits.answer_bytes = b.answer_bytes;
-  w.task.limits.tool_result_bytes = b.tool_result_bytes;
-  w.task.limits.max_thinking_tokens = b.max_thinking_tokens;
-  w.task.limits.wrap_up_grace_ms = b.wrap_up_grace_ms;
+  w.task.limits = child_limits(cfg_.budgets);
   state_ = State::running;
   send(w);
   report_progress();

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/messages.hpp"
 #include "sandbox/policy.hpp"
 
 namespace supervisor {
@@ -100,6 +101,9 @@ std::vector<std::string> list_presets(const std::filesystem::path& policy_dir);
 
 // Every tool the preset lists (allow + ask), i.e. every tool the child is told about.
 std::vector<std::string> offered_tools(const Preset& p);
+
+// The limits a child is told in its welcome (protocol/README.md), from the budgets it runs under.
+protocol::Limits child_limits(const Budgets& b);
 
 // The decision for one call. `why` receives the rule or list that decided, for error messages.
 Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why);
