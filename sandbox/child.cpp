@@ -159,6 +159,13 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
         rc = sys::move_mount_fd(fds[op.bind + 1], root, path);
         if (rc == 0) ::close(fds[op.bind + 1]);
         break;
+      case RootOp::kProc: {
+        // Made here, as pid 1 of the new PID namespace, while the host's /proc is still visible.
+        int proc = sys::make_proc_mount();
+        if (proc < 0 || sys::move_mount_fd(proc, root, path) != 0) fail(status_fd, Step::kProcMount, errno);
+        ::close(proc);
+        break;
+      }
     }
     if (rc != 0 && !(errno == EEXIST && op.kind != RootOp::kBind))
       fail(status_fd, Step::kRootBuild, errno);
@@ -171,6 +178,18 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
   ro.attr_set = MOUNT_ATTR_RDONLY;
   if (sys::mount_setattr(AT_FDCWD, "/", 0, &ro) != 0) fail(status_fd, Step::kPivotRoot, errno);
   ::close(root);
+  // The new procfs is a file system the supervisor never saw: Landlock's rules cannot name it in
+  // advance, so the child adds the one rule for it (read only) to its own ruleset.
+  if (plan.private_proc && plan.landlock_fd >= 0) {
+    int proc = ::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    sys::LandlockPathBeneathAttr rule;
+    std::memset(&rule, 0, sizeof rule);
+    rule.allowed_access = sys::kFsReadFile | sys::kFsReadDir;
+    rule.parent_fd = proc;
+    if (proc < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
+      fail(status_fd, Step::kProcMount, errno);
+    ::close(proc);
+  }
 }
 
 }  // namespace

@@ -187,6 +187,8 @@ const char* step_name(Step step) noexcept {
       return "receive_root_fds";
     case Step::kCgroupJoin:
       return "join_cgroup";
+    case Step::kProcMount:
+      return "mount_proc";
   }
   return "unknown";
 }

@@ -53,6 +53,30 @@ bool namespaces_supported(unsigned long clone_flags) {
   return ok;
 }
 
+int private_proc_refusal(unsigned long clone_flags) {
+  static std::mutex mutex;
+  static std::map<unsigned long, int> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(clone_flags);
+  if (it != cache.end()) return it->second;
+  int refusal = ENOSYS;
+  long pid = sys::clone_legacy(clone_flags | SIGCHLD, nullptr);
+  if (pid == 0) {  // pid 1 of its namespace: only raw syscalls from here
+    int fd = sys::make_proc_mount();
+    ::_exit(fd >= 0 ? 0 : (errno > 0 && errno < 255 ? errno : 255));
+  }
+  if (pid > 0) {
+    int status = 0;
+    while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
+    }
+    refusal = WIFEXITED(status) ? WEXITSTATUS(status) : ECHILD;
+  } else {
+    refusal = errno;
+  }
+  cache.emplace(clone_flags, refusal);
+  return refusal;
+}
+
 void write_id_maps(pid_t child, uid_t uid, gid_t gid, bool allow_setgroups) {
   write_id_maps(child, uid, uid, gid, gid, allow_setgroups);
 }

@@ -11,6 +11,12 @@ namespace sandbox {
 // child once per distinct flag set and cached. Thread-safe.
 bool namespaces_supported(unsigned long clone_flags);
 
+// Whether a child cloned with these flags (which must hold CLONE_NEWPID and CLONE_NEWNS) can mount
+// a procfs of its own PID namespace: 0 when it can, else the errno the kernel gave (EPERM when no
+// procfs is fully visible to replace, as in containers that mask parts of /proc). Probed once per
+// set of flags, in a throwaway child.
+int private_proc_refusal(unsigned long clone_flags);
+
 // Writes the child's uid/gid maps (identity map of the caller's ids). When `allow_setgroups` is
 // false, writes "deny" to setgroups first (required when the caller lacks CAP_SETGID).
 // Throws SandboxError.

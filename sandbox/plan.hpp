@@ -46,6 +46,7 @@ enum class Step : std::int32_t {
   kSeccomp,
   kExecve,
   kCgroupJoin,  // writing "0" into a v1 cgroup's tasks file (the tree limits)
+  kProcMount,   // the procfs of the child's own PID namespace at /proc in the new root
 };
 const char* step_name(Step step) noexcept;
 
@@ -70,7 +71,7 @@ struct RootBind {
   bool idmapped = false;  // the parent makes this clone, id-mapped through the child's user ns
 };
 struct RootOp {
-  enum Kind { kDir, kFile, kSymlink, kBind } kind;
+  enum Kind { kDir, kFile, kSymlink, kBind, kProc } kind;
   std::string path;    // relative to the new root, e.g. "usr/lib"
   std::string target;  // kSymlink: the link's text, as on the host
   int bind = -1;       // kBind: index into root_binds
@@ -122,6 +123,9 @@ class Plan {
   // release (tmpfs first, then root_binds in order): it can reach and id-map what the child, root
   // only in its own user namespace, cannot. Otherwise the child makes them itself.
   bool parent_clones = false;
+  // A read-only procfs of the child's own PID namespace at /proc (a kProc op), readable through
+  // Landlock: it shows the child's processes only, never the host's.
+  bool private_proc = false;
 
   // Identity (root supervisor with a user namespace): the child's uid/gid inside its namespace are
   // the workspace owner's; outside they are kIdentityBase + the child's host pid (see rootfs.hpp).

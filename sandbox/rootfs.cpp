@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 
+#include "namespaces.hpp"
 #include "plan.hpp"
 #include "syscalls.hpp"
 
@@ -165,6 +166,32 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
   }
   plan.root_ops.insert(plan.root_ops.end(), binds.begin(), binds.end());
 
+  // /proc: the child's own, when it has a PID namespace; never the host's (a policy path beneath
+  // /proc would be a bind of the host's, so it keeps the tree the policy asked for instead).
+  std::string proc_detail;
+  const auto* host_proc = [&]() -> const RootBind* {
+    for (const RootBind& b : plan.root_binds)
+      if (under(b.source, "/proc")) return &b;
+    return nullptr;
+  }();
+  if (!(plan.clone_flags & CLONE_NEWPID)) {
+    proc_detail = "no /proc (it needs the PID namespace, which is not in force)";
+  } else if (host_proc) {
+    proc_detail = "no procfs of its own: the policy binds the host's '" + host_proc->source + "'";
+  } else if (int refusal =
+                 private_proc_refusal(plan.clone_flags & (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID))) {
+    proc_detail = std::string("no /proc: the kernel refused a procfs for the child's PID namespace (") +
+                  std::strerror(refusal) +
+                  (refusal == EPERM ? "; no fully visible /proc here to stand in for, as in a "
+                                      "container that masks parts of it)"
+                                    : ")");
+  } else {
+    plan.private_proc = true;
+    if (made.insert("/proc").second) plan.root_ops.push_back({RootOp::kDir, "proc", "", -1});
+    plan.root_ops.push_back({RootOp::kProc, "proc", "", -1});
+    proc_detail = "/proc: a read-only procfs of the child's own PID namespace (its processes only)";
+  }
+
   std::string writable_list;
   for (const RootBind& b : plan.root_binds)
     if (b.writable) writable_list += (writable_list.empty() ? "" : ", ") + b.source;
@@ -173,7 +200,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
                        " paths, read-only bind clones except the write roots; writable: " +
                        (writable_list.empty() ? "nothing" : writable_list);
   if (!link_detail.empty()) detail += "; symlinks kept: " + link_detail;
-  return detail;
+  return detail + "; " + proc_detail;
 }
 
 RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root) {

@@ -205,6 +205,23 @@ inline int make_root_tmpfs() noexcept {
   errno = err;
   return mnt;
 }
+// A new, detached procfs of the calling process's PID namespace: read-only, nosuid, nodev,
+// noexec. The kernel refuses it (EPERM) unless a procfs it could replace is fully visible in the
+// caller's mount namespace, so it must be made before the host's tree is detached.
+inline int make_proc_mount() noexcept {
+  constexpr unsigned kFsopenCloexec = 1, kCmdCreate = 6, kFsmountCloexec = 1;
+  constexpr unsigned kAttrRdonly = 0x1, kAttrNosuid = 0x2, kAttrNodev = 0x4, kAttrNoexec = 0x8;
+  int fs = static_cast<int>(::syscall(SYS_fsopen, "proc", kFsopenCloexec));
+  if (fs < 0) return -1;
+  int mnt = -1;
+  if (::syscall(SYS_fsconfig, fs, kCmdCreate, nullptr, nullptr, 0) == 0)
+    mnt = static_cast<int>(::syscall(SYS_fsmount, fs, kFsmountCloexec,
+                                     kAttrRdonly | kAttrNosuid | kAttrNodev | kAttrNoexec));
+  int err = errno;
+  ::close(fs);
+  errno = err;
+  return mnt;
+}
 inline int pivot_root(const char* new_root, const char* put_old) noexcept {
   return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
 }

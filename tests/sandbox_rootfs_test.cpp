@@ -381,6 +381,41 @@ TEST_CASE("/etc/shadow and /etc/gshadow are unreadable in every preset") {
   }
 }
 
+// What a program sees of /proc: the executable's name, the pids listed, and whether its own
+// oom_score_adj can be written (the same value back).
+const std::string kProcLook =
+    "import os\n"
+    "print('exe=' + os.readlink('/proc/self/exe'))\n"
+    "print('pids=' + ','.join(sorted(p for p in os.listdir('/proc') if p.isdigit())))\n"
+    "print('self=' + os.readlink('/proc/self'))\n"
+    "try:\n"
+    "    v = open('/proc/self/oom_score_adj').read()\n"
+    "    open('/proc/self/oom_score_adj', 'w').write(v)\n"
+    "    print('write=ok')\n"
+    "except OSError as e:\n"
+    "    print('write=' + str(e.errno))\n";
+
+TEST_CASE("/proc in every preset is the child's own, read-only; unsandboxed it is the host's") {
+  test::TempDir ws;
+  // Twin: unsandboxed, /proc lists the host's processes (this test among them) and is writable.
+  auto host = test::run({"/usr/bin/python3", "-c", kProcLook});
+  REQUIRE(host.code == 0);
+  CHECK(host.out.find("pids=1,") != std::string::npos);
+  CHECK(host.out.find("," + std::to_string(::getpid()) + ",") != std::string::npos);
+  CHECK(host.out.find("write=ok") != std::string::npos);
+  for (const auto& preset : kPresets) {
+    INFO(preset);
+    auto r = run_piped({kCli, "sandbox", "--preset", preset, "--workspace", ws.path().string(),
+                        "--", "/usr/bin/python3", "-c", kProcLook});
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("exe=/usr/bin/python3") != std::string::npos);
+    CHECK(r.out.find("pids=1\n") != std::string::npos);  // itself, pid 1 of its namespace
+    CHECK(r.out.find("self=1\n") != std::string::npos);
+    CHECK(r.out.find("write=" + std::to_string(EROFS)) != std::string::npos);
+  }
+}
+
 TEST_CASE("legitimate work in the new root: a Python test run in worker, git in reviewer") {
   test::TempDir ws;
   ws.write("test_sample.py",

@@ -234,10 +234,12 @@ void explain_text(const Preset& p, const std::string& workspace) {
               "  Rules follow inodes, resolved when the plan is made: a symlink inside a root that points outside is\n"
               "  denied; a hard link that already exists inside a root is readable (path-based: see policies/README.md);\n"
               "  the child cannot make one (EACCES, or EXDEV from REFER). Not mediated: stat, readlink, access, chdir,\n"
-              "  path walk. /proc is the host's (not remounted)%s.\n\n",
+              "  path walk. %s.\n\n",
               std::any_of(rights.begin(), rights.end(), [](const auto& e) { return e.first.rfind("/proc", 0) == 0; })
-                  ? ": the rules above that name /proc/... expose host processes' entries"
-                  : " and no rule grants it, so it is unreadable");
+                  ? "/proc is the host's: the rules above that name /proc/... bind the host's entries into the child's root"
+                  : "/proc is a read-only procfs of the child's own PID namespace (it lists the child's processes only),\n"
+                    "  readable through one rule the child adds for it; without a PID namespace there is no /proc\n"
+                    "  (read_only_host in THIS KERNEL and in the launch report says which)");
 
   std::printf("NETWORK\n");
   if (s.network == "none")

@@ -393,7 +393,10 @@ int do_tree_memory(int procs, long mib) {
                            std::to_string(static_cast<long>(held) * mib) + " MiB in all); " +
                            std::to_string(killed) + " killed by a signal, " +
                            std::to_string(failed) + " failed to map";
-  if (held == procs && static_cast<int>(pids.size()) == procs) return succeeded(what);
+  // A process can report its memory held and still be OOM-killed while it waits: only a tree in
+  // which every process held its memory and exited on its own succeeded.
+  if (held == procs && static_cast<int>(pids.size()) == procs && killed == 0 && failed == 0)
+    return succeeded(what);
   return blocked(what, ENOMEM);
 }
 
