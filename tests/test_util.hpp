@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -101,6 +103,43 @@ inline RunResult run(const std::vector<std::string>& argv, const std::string& in
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(out);
   r.err = slurp(err);
+  return r;
+}
+
+// Runs argv with stdout and stderr on a pseudo-terminal (raw mode: no \n -> \r\n translation) and
+// stdin on /dev/null; returns everything the terminal received.
+inline RunResult run_on_terminal(const std::vector<std::string>& argv, const fs::path& cwd = SUBAGENT_SOURCE_DIR) {
+  int master = -1;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    struct termios t;
+    if (::tcgetattr(1, &t) == 0) {
+      ::cfmakeraw(&t);
+      ::tcsetattr(1, TCSANOW, &t);
+    }
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  RunResult r;
+  if (pid < 0) {
+    r.code = -1;
+    return r;
+  }
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(master, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) r.out.append(buf, static_cast<std::size_t>(n));
+  ::close(master);  // EIO once every holder of the terminal is gone
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
 

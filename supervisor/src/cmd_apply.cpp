@@ -1,6 +1,7 @@
 // `subagent-supervisor apply ID`: the parent applies an implementation child's patch, explicitly.
 #include <cstdio>
 
+#include "supervisor/terminal.hpp"
 #include "supervisor/cli.hpp"
 #include "supervisor/workspace.hpp"
 
@@ -28,8 +29,9 @@ int cmd_apply(Args args) {
   }
   if (id.empty()) throw UsageError("apply needs the child's ID");
   ApplyResult r = apply_patch(state_dir, id, allow_flagged);
-  std::fprintf(r.ok ? stdout : stderr, "%s\n", r.message.c_str());
-  for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
+  // The message and the file names come from the child's patch.
+  print_for_terminal(r.ok ? stdout : stderr, "%s\n", r.message.c_str());
+  for (const auto& f : r.files) print_for_terminal(stdout, "  %s\n", f.c_str());
   return r.ok ? 0 : 1;
 }
 

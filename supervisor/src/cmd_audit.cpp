@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "protocol/envelope.hpp"
+#include "supervisor/terminal.hpp"
 #include "supervisor/audit.hpp"
 #include "supervisor/transcript.hpp"
 
@@ -137,10 +138,10 @@ void print_message(const json& m) {
   if (role == "tool") head += " " + m.value("name", "") + " " + m.value("tool_call_id", "");
   head += "]";
   const json content = m.contains("content") ? m["content"] : json("");
-  std::printf("%s %s\n", head.c_str(), content.is_string() ? content.get_ref<const std::string&>().c_str() : content.dump().c_str());
+  print_for_terminal(stdout, "%s %s\n", head.c_str(), content.is_string() ? content.get_ref<const std::string&>().c_str() : content.dump().c_str());
   if (m.contains("tool_calls") && m["tool_calls"].is_array())
     for (const auto& c : m["tool_calls"])
-      std::printf("    -> tool call %s %s %s\n", c.value("id", "").c_str(), c.value("name", "").c_str(),
+      print_for_terminal(stdout, "    -> tool call %s %s %s\n", c.value("id", "").c_str(), c.value("name", "").c_str(),
                   one_line(c.value("arguments", json::object()), 2000).c_str());
 }
 
@@ -150,20 +151,20 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
                                          : default_transcript_dir();
   fs::path file;
   if (std::string err = find_transcript(dir, id, file); !err.empty()) {
-    std::fprintf(stderr, "subagent-supervisor audit: %s\n", err.c_str());
+    print_for_terminal(stderr, "subagent-supervisor audit: %s\n", err.c_str());
     return 1;
   }
   std::ifstream in(file, std::ios::binary);
   json doc = in ? json::parse(in, nullptr, false) : json(json::value_t::discarded);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("events") || !doc["events"].is_array()) {
-    std::fprintf(stderr, "subagent-supervisor audit: %s is not a readable transcript\n", file.string().c_str());
+    print_for_terminal(stderr, "subagent-supervisor audit: %s is not a readable transcript\n", file.string().c_str());
     return 2;
   }
   // history: what the model was sent, rebuilt from each request's new messages (see docs/transcripts.md).
   json history = json::array();
   json last_reply;
   if (!as_json)
-    std::printf("child %s  preset %s  model %s  status %s\nbrief: %s\n", doc.value("id", "").c_str(),
+    print_for_terminal(stdout, "child %s  preset %s  model %s  status %s\nbrief: %s\n", doc.value("id", "").c_str(),
                 doc.value("preset", "").c_str(), doc.value("model", "").c_str(), doc.value("status", "").c_str(),
                 doc.value("brief", "").c_str());
   for (const auto& e : doc["events"]) {
@@ -171,11 +172,11 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
     if (kind == "model_request") {
       const std::size_t from = e.value("messages_from", std::size_t{0});
       if (history.size() > from) {
-        if (!as_json) std::printf("  (the child rewrote its history from message %zu)\n", from);
+        if (!as_json) print_for_terminal(stdout, "  (the child rewrote its history from message %zu)\n", from);
         history.erase(history.begin() + static_cast<std::ptrdiff_t>(from), history.end());
       }
       if (!as_json) {
-        std::printf("=== model request %s, step %s, tools: %s%s\n", e.value("id", "").c_str(),
+        print_for_terminal(stdout, "=== model request %s, step %s, tools: %s%s\n", e.value("id", "").c_str(),
                     one_line(e.value("step", json(0))).c_str(), one_line(e.value("tool_names", json::array())).c_str(),
                     e.value("wrap_up_turn", false) ? " (wrap-up turn)" : "");
       }
@@ -190,31 +191,31 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
         reply["tool_calls"] = e["tool_calls"];
       last_reply = reply;
       if (!as_json) {
-        std::printf("=== model response %s%s\n", e.value("id", "").c_str(),
+        print_for_terminal(stdout, "=== model response %s%s\n", e.value("id", "").c_str(),
                     e.value("ok", true) ? "" : (", failed: " + one_line(e.value("error", json("")))).c_str());
         if (e.value("ok", true)) print_message(reply);
       }
     } else if (!as_json && kind == "tool_decision") {
-      std::printf("--- tool %s %s %s: %s (%s)\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
+      print_for_terminal(stdout, "--- tool %s %s %s: %s (%s)\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
                   one_line(e.value("args", json::object()), 2000).c_str(), e.value("decision", "").c_str(),
                   e.value("reason", "").c_str());
     } else if (!as_json && kind == "tool_result") {
-      std::printf("--- brokered result %s (%s): %s\n", e.value("id", "").c_str(), e.value("ok", false) ? "ok" : "failed",
+      print_for_terminal(stdout, "--- brokered result %s (%s): %s\n", e.value("id", "").c_str(), e.value("ok", false) ? "ok" : "failed",
                   e.value("content", "").c_str());
     } else if (!as_json && kind == "tool_done") {
-      std::printf("--- tool done %s %s: %s, %s bytes%s\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
+      print_for_terminal(stdout, "--- tool done %s %s: %s, %s bytes%s\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
                   e.value("ok", false) ? "ok" : "failed", one_line(e.value("bytes", json(0))).c_str(),
                   e.value("error", "").empty() ? "" : (" (" + e.value("error", "") + ")").c_str());
     } else if (!as_json && (kind == "budget" || kind == "kill" || kind == "cancel" || kind == "failure")) {
-      std::printf("--- %s: %s\n", kind.c_str(), e.value("reason", "").c_str());
+      print_for_terminal(stdout, "--- %s: %s\n", kind.c_str(), e.value("reason", "").c_str());
     }
   }
   if (as_json) {
     if (!last_reply.is_null()) history.push_back(last_reply);
-    std::printf("%s\n", history.dump(2).c_str());
+    print_for_terminal(stdout, "%s\n", history.dump(2).c_str());
   } else if (doc.contains("envelope") && doc["envelope"].is_object()) {
     const json& env = doc["envelope"];
-    std::printf("=== envelope: %s (%s)\n%s\n", env.value("status", "").c_str(), env.value("reason", "").c_str(),
+    print_for_terminal(stdout, "=== envelope: %s (%s)\n%s\n", env.value("status", "").c_str(), env.value("reason", "").c_str(),
                 one_line(env.value("answer", json("")), 1u << 20).c_str());
   }
   std::fflush(stdout);
@@ -254,7 +255,7 @@ int cmd_audit(Args args) {
     if (!f.event.empty() && !AuditLog::audited(f.event))
       throw UsageError("--event: '" + f.event + "' is not an audited event (see audit --help)");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "subagent-supervisor audit: %s\n", e.what());
+    print_for_terminal(stderr, "subagent-supervisor audit: %s\n", e.what());
     return kUsageError;
   }
 
@@ -263,7 +264,7 @@ int cmd_audit(Args args) {
   const std::string path = file.empty() ? default_audit_file().string() : file;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    std::fprintf(stderr, "subagent-supervisor audit: cannot read the audit log %s (is that the right --file?)\n",
+    print_for_terminal(stderr, "subagent-supervisor audit: cannot read the audit log %s (is that the right --file?)\n",
                  path.c_str());
     return 2;
   }
@@ -287,7 +288,7 @@ int cmd_audit(Args args) {
     if (!f.matches(l)) continue;
     ++matched;
     if (as_json) {
-      std::fwrite(raw.data(), 1, raw.size(), stdout);
+      write_for_terminal(stdout, raw);
       std::fputc('\n', stdout);
     } else if (children) {
       const std::string id = l.value("child", "");
@@ -300,22 +301,22 @@ int cmd_audit(Args args) {
       if (it->second.parent.empty()) it->second.parent = l.value("parent", "");
       ++it->second.events;
     } else {
-      std::printf("%s  %s  %-10s %-13s %s\n", l.value("time", "").c_str(), l.value("child", "").c_str(),
+      print_for_terminal(stdout, "%s  %s  %-10s %-13s %s\n", l.value("time", "").c_str(), l.value("child", "").c_str(),
                   l.value("preset", "").c_str(), l.value("event", "").c_str(), describe(l).c_str());
     }
   }
   if (in.bad()) {
-    std::fprintf(stderr, "subagent-supervisor audit: read error in %s after line %zu\n", path.c_str(), lineno);
+    print_for_terminal(stderr, "subagent-supervisor audit: read error in %s after line %zu\n", path.c_str(), lineno);
     return 2;
   }
   if (children)
     for (const auto& id : order) {
       const auto& c = seen[id];
-      std::printf("%s  preset %s  parent %s  first %s  %zu matching event%s\n", id.c_str(), c.preset.c_str(),
+      print_for_terminal(stdout, "%s  preset %s  parent %s  first %s  %zu matching event%s\n", id.c_str(), c.preset.c_str(),
                   c.parent.empty() ? "-" : c.parent.c_str(), c.first_time.c_str(), c.events, c.events == 1 ? "" : "s");
     }
   if (unreadable)
-    std::fprintf(stderr, "subagent-supervisor audit: skipped %zu line%s of %s that were not JSON objects\n", unreadable,
+    print_for_terminal(stderr, "subagent-supervisor audit: skipped %zu line%s of %s that were not JSON objects\n", unreadable,
                  unreadable == 1 ? "" : "s", path.c_str());
   std::fflush(stdout);
   return matched ? 0 : 1;

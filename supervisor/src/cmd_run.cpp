@@ -16,6 +16,7 @@
 
 #include "sandbox/launch.hpp"
 #include "sandbox/workspace_guard.hpp"
+#include "supervisor/terminal.hpp"
 #include "supervisor/budgets.hpp"
 #include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
@@ -121,9 +122,13 @@ class TerminalApprover {
  public:
   TerminalApprover(boost::asio::io_context& io, int tty) : tty_(io, tty) {}
   void ask(const ApprovalRequest& r, ApprovalReply reply) {
-    std::fprintf(stderr, "\n[subagent:%s] %s%s%s asks to run %s %s\n  (%s)\n  allow? [y/N] ", r.child_id.c_str(),
-                 r.preset.c_str(), r.description.empty() ? "" : ": ", r.description.c_str(), r.tool.c_str(),
-                 r.args.dump().c_str(), r.rule.c_str());
+    // The tool and its arguments are the model's; the description is the parent's.
+    print_for_terminal(stderr, "\n[subagent:%s] %s%s%s asks to run %s %s\n  (%s)\n  allow? [y/N] ",
+                       r.child_id.c_str(), r.preset.c_str(), r.description.empty() ? "" : ": ",
+                       escape_for_terminal(r.description, false).c_str(),
+                       escape_for_terminal(r.tool, false).c_str(),
+                       r.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                       r.rule.c_str());
     std::fflush(stderr);
     waiting_.push_back(std::move(reply));
     if (waiting_.size() == 1) read();
@@ -275,11 +280,11 @@ int cmd_run(Args args) {
   hc.on_log = [&](const std::string& line) {
     if (progress_shown) std::fputs("\r\033[K", stderr);
     progress_shown = false;
-    std::fprintf(stderr, "%s\n", line.c_str());
+    print_for_terminal(stderr, "%s\n", escape_for_terminal(line, false).c_str());  // the child's text
   };
   hc.on_waiting = [&](const std::string& id, const std::string& why) {
     if (quiet) return;
-    std::fprintf(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), why.c_str());
+    print_for_terminal(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), escape_for_terminal(why, false).c_str());
   };
   // Everything below reaches stderr, stdout or the disk scrubbed (docs/transcripts.md).
   ScrubOptions scrub_options;
@@ -332,7 +337,7 @@ int cmd_run(Args args) {
       finished = true;
       if (progress_shown) std::fputs("\n", stderr);
       std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-      std::fwrite(out.data(), 1, out.size(), stdout);
+      write_for_terminal(stdout, out);  // the summary and details are the model's text
       std::fputc('\n', stdout);
       std::fflush(stdout);
       status = protocol::exit_code_for(e.status);

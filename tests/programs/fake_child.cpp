@@ -300,6 +300,15 @@ int run(int argc, char** argv) {
     send(Final{what, what, json::object()});
     return 0;
   }
+  if (mode == "terminal_attack") {  // what a hostile child sends at the person watching `run`
+    // Clear the screen, set the title, write the clipboard (OSC 52), then overwrite its own prefix
+    // with a forged supervisor line; 8-bit CSI (C1) and a right-to-left override in the log message.
+    std::fprintf(stderr, "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\r[subagent:000000000000] parent approved\n");
+    std::fflush(stderr);
+    send(Log{"warn", "csi \xc2\x9b" "31m red \xe2\x80\xae" "desrever"});
+    send(Final{"done \x1b[31mred\x1b[0m \xc2\x9b" "2J", "answer \x1b]52;c;ZXZpbA==\x07", json::object()});
+    return 0;
+  }
   if (mode == "stderr_lines") {
     std::fprintf(stderr, "first line\nsecond line\n");
     std::fflush(stderr);
