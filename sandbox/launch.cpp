@@ -540,7 +540,7 @@ Child launch(const Plan& plan) {
     throw SandboxError(std::string("launch: reading the child's status failed: ") +
                        (n < 0 ? std::strerror(read_errno) : "short record"));
   };
-  auto step_failed = [&](const StatusRecord& record) {
+  auto step_failed = [&](const StatusRecord& record) -> SandboxError {
     abandon();
     std::string what =
         std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
@@ -548,6 +548,7 @@ Child launch(const Plan& plan) {
     what += std::string(": ") + std::strerror(record.error);
     if (static_cast<Step>(record.step) == Step::kExecve && record.error == EACCES && !plan.exec_hint.empty())
       what += " (" + plan.exec_hint + ")";
+    if (static_cast<Step>(record.step) == Step::kExecve) throw ExecError(what, record.error);
     return SandboxError(what);
   };
   StatusRecord record{};

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     std::fputs(kHelp, args.empty() ? stderr : stdout);
+    std::fputs("\n", args.empty() ? stderr : stdout);
+    std::fputs(supervisor::cli::kExitStatusTable, args.empty() ? stderr : stdout);
     return args.empty() ? supervisor::cli::kUsageError : 0;
   }
   const std::string cmd = args[0];
@@ -57,6 +59,9 @@ int main(int argc, char** argv) {
   } catch (const supervisor::cli::UsageError& e) {
     std::fprintf(stderr, "subagent-supervisor %s: %s\n", cmd.c_str(), e.what());
     return supervisor::cli::kUsageError;
+  } catch (const supervisor::cli::SetupError& e) {
+    std::fprintf(stderr, "subagent-supervisor %s: %s\n", cmd.c_str(), e.what());
+    return supervisor::cli::kSetupError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "subagent-supervisor %s: %s\n", cmd.c_str(), e.what());
     return 1;

@@ -137,3 +137,41 @@ TEST_CASE("max_cost_usd from serve and mcp: parsed, capped by the parent's scope
   CHECK_THROWS_WITH(effective_budgets(p, scope, more), doctest::Contains("limits.max_cost_usd $2.0000 exceeds the parent's scope"));
   CHECK_FALSE(effective_budgets(p, Scope{}, {}).max_cost_usd);  // no cost budget unless one is set
 }
+
+TEST_CASE("a budget of 0 that would end the child at once is refused, naming the field") {
+  Budgets base;
+  struct Case {
+    std::optional<std::uint64_t> BudgetOverrides::*field;
+    const char* flag;
+    const char* json_name;
+  };
+  for (const Case& c : {Case{&BudgetOverrides::max_steps, "--max-steps", "limits.max_steps"},
+                        Case{&BudgetOverrides::max_tokens, "--max-tokens", "limits.max_tokens"},
+                        Case{&BudgetOverrides::timeout_ms, "--timeout", "limits.timeout"},
+                        Case{&BudgetOverrides::summary_bytes, "--summary-bytes", "limits.summary_bytes"},
+                        Case{&BudgetOverrides::answer_bytes, "--answer-bytes", "limits.answer_bytes"}}) {
+    INFO(c.flag);
+    BudgetOverrides o;
+    o.*c.field = 0;
+    for (const auto& [prefix, name] : {std::pair<std::string, std::string>{"", c.flag}, {"limits.", c.json_name}}) {
+      std::string what;
+      try {
+        tighten(base, o, "the preset explore", prefix);
+      } catch (const WideningError& e) {
+        what = e.what();
+      }
+      CHECK_MESSAGE(what.find(name + " 0: must be at least 1") == 0, what);
+    }
+    o.*c.field = 1;  // the twin: the smallest real budget is fine
+    CHECK_NOTHROW(tighten(base, o, "the preset explore"));
+  }
+  // 0 stays meaningful where it is one: no tool calls, no thinking, no wrap-up grace.
+  BudgetOverrides zero_ok;
+  zero_ok.max_tool_calls = 0;
+  zero_ok.max_thinking_tokens = 0;
+  zero_ok.wrap_up_grace_ms = 0;
+  Budgets b = tighten(base, zero_ok, "the preset explore");
+  CHECK(b.max_tool_calls == 0);
+  CHECK(b.max_thinking_tokens == 0);
+  CHECK(b.wrap_up_grace_ms == 0);
+}

@@ -68,13 +68,13 @@ TEST_CASE("bad command lines and bad inputs name what was wrong") {
   CHECK(r.code == 64);
   CHECK(r.err.find("--max-steps takes a whole number") != std::string::npos);
   r = test::run(run_args({}, "/nonexistent/script.jsonl"));
-  CHECK(r.code == 1);
+  CHECK(r.code == 64);
   CHECK(r.err.find("replay script '/nonexistent/script.jsonl' cannot be read") != std::string::npos);
   r = test::run({sup, "run", "--preset", "nosuch", "--workspace", ".", "--brief", "b", "--model", "replay:x"});
-  CHECK(r.code == 1);
+  CHECK(r.code == 64);
   CHECK(r.err.find("unknown preset 'nosuch'") != std::string::npos);
   r = test::run({sup, "run", "--preset", "explore", "--workspace", "/nonexistent", "--brief", "b", "--model", "replay:x"});
-  CHECK(r.code == 1);
+  CHECK(r.code == 64);
   CHECK(r.err.find("workspace '/nonexistent'") != std::string::npos);
   r = test::run({sup, "frobnicate"});
   CHECK(r.code == 64);

@@ -1,11 +1,57 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
 #include "supervisor/cli.hpp"
+#include "supervisor/preset.hpp"
 
 namespace supervisor::cli {
+
+const char* const kExitStatusTable = R"(Exit status (the same for every command):
+  0    success; for run: the child completed
+  1    the command ran and reports a problem: policy check found an error, apply refused the
+       patch, audit cannot read its log
+  2    run: budget_exhausted     3  run: timeout     4  run: cancelled (SIGINT, SIGTERM)
+  5    run: failed (the child crashed, or could not be launched: the envelope says why)
+  6    run: protocol_error (the child broke the protocol)
+  64   bad command line: an unknown option, a bad value, a budget of 0 or above the preset's,
+       an unknown preset, a workspace that does not exist or is refused as unsafe
+  125  nothing was started: the child program or the sandbox could not be set up (a policy
+       file that does not load, a required layer this kernel lacks; stderr names the step)
+  126  sandbox: CMD was found but cannot be executed in the sandbox
+  127  sandbox: CMD was not found
+  128+N sandbox: CMD was killed by signal N; otherwise sandbox exits with CMD's own status
+)";
+
+Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir) {
+  const bool path = name_or_path.find('/') != std::string::npos ||
+                    std::filesystem::path(name_or_path).extension() == ".json";
+  if (path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(name_or_path, ec))
+      throw UsageError("preset file '" + name_or_path + "' does not exist");
+  } else {
+    std::vector<std::string> names;
+    try {
+      names = list_presets(policy_dir);
+    } catch (const std::exception& e) {
+      throw SetupError(e.what());
+    }
+    if (std::find(names.begin(), names.end(), name_or_path) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw UsageError("unknown preset '" + name_or_path + "' (the presets in " + policy_dir.string() + " are: " +
+                       (known.empty() ? "none" : known) + ")");
+    }
+  }
+  try {
+    return load_preset(name_or_path, policy_dir);
+  } catch (const std::exception& e) {
+    throw SetupError(e.what());
+  }
+}
 
 std::optional<std::string> Args::next() {
   inline_value_.reset();

@@ -84,8 +84,6 @@ the terminal (y/N); without a terminal nobody can answer, so it is denied at onc
 Progress (steps, tool calls, tokens, elapsed) goes to stderr when stderr is a terminal; the child's
 stderr lines go to stderr prefixed [subagent:<id>].
 
-Exit status: 0 completed, 2 budget_exhausted, 3 timeout, 4 cancelled, 5 failed, 6 protocol_error,
-64 bad command line, 1 could not start (bad preset, workspace or model).
 )";
 
 std::string read_all(const std::string& path) {
@@ -180,6 +178,8 @@ int cmd_run(Args args) {
       const std::string& f = *a;
       if (f == "-h" || f == "--help") {
         std::fputs(kRunHelp, stdout);
+        std::fputs("\n", stdout);
+        std::fputs(kExitStatusTable, stdout);
         return 0;
       } else if (f == "--preset") preset_name = args.value(f);
       else if (f == "--workspace") workspace = args.value(f);
@@ -236,16 +236,26 @@ int cmd_run(Args args) {
   std::shared_ptr<Preset> preset;
   const fs::path policies = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
   try {
-    preset = std::make_shared<Preset>(load_preset(preset_name, policies));
+    preset = std::make_shared<Preset>(load_preset_or_usage(preset_name, policies));
     (void)tighten(preset->budgets, o, "the preset " + preset->name);
     std::error_code ec;
     ws = fs::canonical(workspace, ec);
-    if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
+    if (ec || !fs::is_directory(ws)) throw UsageError("workspace '" + workspace + "' is not an existing directory");
     if (!allow_unsafe_workspace) sandbox::check_workspace(workspace, "workspace");
-    validate_model_spec(model);
+    try {
+      validate_model_spec(model);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--model: ") + e.what());
+    }
     child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
     if (::access(child_executable.c_str(), X_OK) != 0)
-      throw std::runtime_error("child program '" + child_executable.string() + "' is not an executable file");
+      throw SetupError("child program '" + child_executable.string() + "' is not an executable file");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kUsageError;
+  } catch (const SetupError& e) {
+    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+    return kSetupError;
   } catch (const WideningError& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return kUsageError;
@@ -254,7 +264,7 @@ int cmd_run(Args args) {
     return kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
-    return 1;
+    return kSetupError;
   }
 
   // One child through the hub, the same scheduling path as serve and mcp: the workspace lock for
@@ -346,9 +356,9 @@ int cmd_run(Args args) {
   } catch (const WideningError& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return kUsageError;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // nothing was started: a lock, a worktree, the transcript store
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
-    return 1;
+    return kSetupError;
   }
   if (!finished) {
     signals.async_wait([&](boost::system::error_code ec, int sig) {

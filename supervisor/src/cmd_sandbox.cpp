@@ -31,11 +31,13 @@ Layers the kernel lacks are listed on stderr; a layer the policy marks required 
 "/", the home directory itself and system directories (/etc, /usr, /var/lib, ...) are refused as DIR
 (exit status 64) unless --allow-unsafe-workspace is given.
 
-Exit status: CMD's exit status, or 128+N when CMD was killed by signal N; 125 when the sandbox could
-not be set up (the message names the step); 64 for a bad command line.
 )";
 
 pid_t g_child = -1;
+
+struct NotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // The command may be PID 1 of its own PID namespace, which ignores every signal it has no handler
 // for except SIGKILL: interrupting the supervisor ends the sandboxed command for sure.
@@ -61,7 +63,7 @@ std::string resolve(const std::string& cmd) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  throw UsageError("command '" + cmd + "' was not found in PATH");
+  throw NotFound("command '" + cmd + "' was not found in PATH");
 }
 
 }  // namespace
@@ -73,6 +75,8 @@ int cmd_sandbox(Args args) {
   while (auto a = args.next()) {
     if (*a == "-h" || *a == "--help") {
       std::fputs(kSandboxHelp, stdout);
+      std::fputs("\n", stdout);
+      std::fputs(kExitStatusTable, stdout);
       return 0;
     } else if (*a == "--preset") preset_name = args.value(*a);
     else if (*a == "--workspace") workspace = args.value(*a);
@@ -87,10 +91,10 @@ int cmd_sandbox(Args args) {
   if (preset_name.empty()) throw UsageError("--preset is required");
   if (command.empty()) throw UsageError("no command: put it after --, e.g. sandbox --preset explore -- /bin/ls");
 
-  Preset preset = load_preset(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir));
+  Preset preset = load_preset_or_usage(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir));
   std::error_code ec;
   fs::path ws = fs::canonical(workspace, ec);
-  if (ec || !fs::is_directory(ws)) throw std::runtime_error("workspace '" + workspace + "' is not an existing directory");
+  if (ec || !fs::is_directory(ws)) throw UsageError("workspace '" + workspace + "' is not an existing directory");
   if (!allow_unsafe_workspace) {
     try {
       sandbox::check_workspace(workspace, "workspace");
@@ -100,7 +104,12 @@ int cmd_sandbox(Args args) {
   }
 
   sandbox::LaunchRequest req;
-  req.executable = resolve(command[0]);
+  try {
+    req.executable = resolve(command[0]);
+  } catch (const NotFound& e) {
+    std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    return kNotFound;
+  }
   req.argv = command;
   req.workspace = ws;
   req.allow_unsafe_workspace = allow_unsafe_workspace;
@@ -139,15 +148,18 @@ int cmd_sandbox(Args args) {
     ::sigaction(SIGHUP, &sa, nullptr);
     child = sandbox::launch(*plan);
     g_child = child.pid;
+  } catch (const sandbox::ExecError& e) {
+    std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    return e.error == ENOENT ? kNotFound : kCannotExecute;
   } catch (const sandbox::SandboxError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
-    return 125;
+    return kSetupError;
   }
   int status = 0;
   while (::waitpid(child.pid, &status, 0) < 0) {
     if (errno != EINTR) {
       std::perror("subagent-supervisor sandbox: waitpid");
-      return 125;
+      return kSetupError;
     }
   }
   ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
@@ -155,7 +167,7 @@ int cmd_sandbox(Args args) {
   sandbox::release(child);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 125;
+  return kSetupError;
 }
 
 }  // namespace supervisor::cli

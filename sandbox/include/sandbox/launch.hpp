@@ -25,6 +25,14 @@ class SandboxError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The sandbox was set up but execve of the program failed in it; `error` is its errno (ENOENT: no
+// such program in the child's root, EACCES: not executable there or refused by Landlock).
+class ExecError : public SandboxError {
+ public:
+  ExecError(const std::string& what, int error) : SandboxError(what), error(error) {}
+  int error;
+};
+
 struct LaunchRequest {
   std::string executable;          // absolute path of the program to exec
   std::vector<std::string> argv;   // argv[0] included

@@ -27,7 +27,10 @@ struct BudgetOverrides {
 };
 
 // Thrown when an override asks for more than the base allows; what() names the field and both values:
-// "--max-steps 500 exceeds the preset explore's max_steps 100 (limits may only tighten)".
+// "--max-steps 500 exceeds the preset explore's max_steps 100 (limits may only tighten)". Also for
+// an override of 0 where 0 would end the child before it starts (steps, tokens, timeout, summary and
+// answer bytes): "--max-steps 0: must be at least 1 ...". 0 stays valid for tool calls (a child that
+// answers from its brief), thinking tokens (no thinking) and the wrap-up grace (none).
 class WideningError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;

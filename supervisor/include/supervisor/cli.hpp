@@ -1,17 +1,37 @@
 // Command-line front ends. Each returns the process exit status.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+namespace supervisor {
+struct Preset;
+}
+
 namespace supervisor::cli {
 
-// Exit status for a command line that could not be understood (sysexits' EX_USAGE).
+// One table of exit statuses for every command (kExitStatusTable; README.md, "Exit status").
+// A command line that could not be understood, or names what does not exist (sysexits' EX_USAGE).
 inline constexpr int kUsageError = 64;
+// Nothing was started: the child or its sandbox could not be set up (as env(1) and docker use 125).
+inline constexpr int kSetupError = 125;
+// sandbox: the command was found but could not be executed in the sandbox / was not found.
+inline constexpr int kCannotExecute = 126;
+inline constexpr int kNotFound = 127;
+
+// The table as --help prints it.
+extern const char* const kExitStatusTable;
 
 class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Exit status kSetupError: the command line was fine, but what it asked for could not be set up.
+class SetupError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -33,6 +53,10 @@ class Args {
   std::size_t pos_ = 0;
   std::optional<std::string> inline_value_;
 };
+
+// load_preset for a command line: a name that is no preset (or a path that is no file) is a
+// UsageError listing the presets; a preset that exists but does not load is a SetupError.
+Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir);
 
 int cmd_run(Args args);
 int cmd_sandbox(Args args);
