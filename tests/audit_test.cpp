@@ -240,7 +240,7 @@ TEST_CASE("audit command: what did child X do, and which children ran commands")
 
   // Nothing matched, missing file, bad flags.
   CHECK(audit_cmd({"--file", file.string(), "--child", "ffff"}).first == 1);
-  CHECK(audit_cmd({"--file", (d.path() / "none.jsonl").string()}).first == 2);
+  CHECK(audit_cmd({"--file", (d.path() / "none.jsonl").string()}).first == 1);
   CHECK(audit_cmd({"--file", file.string(), "--decision", "maybe"}).first == cli::kUsageError);
   CHECK(audit_cmd({"--file", file.string(), "--event", "model_request"}).first == cli::kUsageError);
   CHECK(audit_cmd({"--bogus"}).first == cli::kUsageError);
@@ -289,4 +289,41 @@ TEST_CASE("audit --conversation prints what one child's model was sent and answe
 
   CHECK(audit_cmd({"--conversation", "ffffff", "--transcript-dir", tdir.string()}).first == 1);
   CHECK(audit_cmd({"--transcript-dir", tdir.string()}).first == cli::kUsageError);
+}
+
+TEST_CASE("audit --child: an ambiguous prefix lists the matches, an unknown id and a missing log say so") {
+  test::TempDir d;
+  const fs::path file = d.path() / "audit.jsonl";
+  {
+    AuditLog log(AuditOptions{file}, std::make_shared<const Scrubber>());
+    for (const auto& e : session_events("1234aaaa0001", "grep", false)) log.record(e, {"1234aaaa0001", "explore", "p"});
+    for (const auto& e : session_events("1234bbbb0002", "grep", false)) log.record(e, {"1234bbbb0002", "explore", "p"});
+  }
+  const std::string sup = test::bin("subagent-supervisor").string();
+  auto both = test::run({sup, "audit", "--file", file.string(), "--child", "1234"});
+  CHECK(both.code == cli::kUsageError);
+  CHECK(both.out.empty());  // nothing of either child: the two are never merged
+  CHECK(both.err.find("--child '1234' matches 2 children; give more of the id:") != std::string::npos);
+  CHECK(both.err.find("\n  1234aaaa0001") != std::string::npos);
+  CHECK(both.err.find("\n  1234bbbb0002") != std::string::npos);
+  // The twin: a prefix that names one child shows that child only.
+  auto one = test::run({sup, "audit", "--file", file.string(), "--child", "1234a"});
+  CHECK(one.code == 0);
+  CHECK(one.out.find("1234aaaa0001") != std::string::npos);
+  CHECK(one.out.find("1234bbbb0002") == std::string::npos);
+  auto unknown = test::run({sup, "audit", "--file", file.string(), "--child", "ffff"});
+  CHECK(unknown.code == 1);
+  CHECK(unknown.err.find("no child whose id starts with 'ffff' in " + file.string()) != std::string::npos);
+  auto none = test::run({sup, "audit", "--event", "kill", "--file", file.string()});
+  CHECK(none.code == 1);
+  CHECK(none.err.find("no event in " + file.string() + " matches") != std::string::npos);
+  auto missing = test::run({sup, "audit", "--file", (d.path() / "nothing.jsonl").string()});
+  CHECK(missing.code == 1);
+  CHECK(missing.err.find("there is no audit log at " + (d.path() / "nothing.jsonl").string()) != std::string::npos);
+  // No runs yet at the default place: says so plainly.
+  test::TempDir state;
+  const std::string env_cmd = "XDG_STATE_HOME=" + state.path().string() + " " + sup + " audit";
+  auto fresh = test::run({"/bin/sh", "-c", env_cmd});
+  CHECK(fresh.code == 1);
+  CHECK(fresh.err.find("no child has run yet: there is no audit log at " + state.path().string()) != std::string::npos);
 }

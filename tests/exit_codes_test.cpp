@@ -84,6 +84,8 @@ TEST_CASE("4: cancelled by SIGTERM") {
   test::TempDir d;
   const std::string out = (d.path() / "out").string();
   auto args = run_args(fake("hang"));
+  const std::string name = "exit4-" + std::to_string(::getpid());
+  args.insert(args.end(), {"--child-arg", name});  // the hanging child names itself (PR_SET_NAME)
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -97,7 +99,10 @@ TEST_CASE("4: cancelled by SIGTERM") {
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // not a timing assertion: let it start
+  // Signal once the child runs (the supervisor's handlers are in place long before it spawns one).
+  for (int i = 0; i < 3000 && test::processes_named(name) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(test::processes_named(name) > 0);
   ::kill(pid, SIGTERM);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -136,3 +136,50 @@ TEST_CASE("serve: without an approver, an ask is denied at once") {
   CHECK_FALSE(std::filesystem::exists(ws.path() / "out.txt"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
 }
+
+// protocol/README.md, "Example session": the session file run as printed there.
+TEST_CASE("serve --drain runs the example session from a file; without --drain end of input cancels") {
+  const std::string session = test::slurp(test::source("examples/serve-session.jsonl"));
+  const std::string sup = test::bin("subagent-supervisor").string();
+  auto parse_lines = [](const std::string& out) {
+    std::vector<json> lines;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) lines.push_back(json::parse(l));
+    return lines;
+  };
+  auto find = [](const std::vector<json>& lines, const std::string& type, const json& id) {
+    for (const json& l : lines)
+      if (l.value("type", "") == type && (id.is_null() || l.value("id", json()) == id)) return l;
+    return json();
+  };
+  auto r = test::run({sup, "serve", "--drain", "--model", "replay:examples/explore-demo.jsonl", "--no-transcript"},
+                     session);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  auto lines = parse_lines(r.out);
+  CHECK(find(lines, "hello", 1)["protocol"] == 1);
+  CHECK(find(lines, "spawned", 2)["state"] == "running");
+  CHECK(find(lines, "result", 3)["envelope"]["status"] == "completed");
+  CHECK(find(lines, "child_done", nullptr)["envelope"]["status"] == "completed");
+  CHECK(find(lines, "list", 4)["children"].size() == 2);
+
+  // The twin: the same file without --drain; end of input cancels the background child.
+  auto cut = test::run({sup, "serve", "--model", "replay:examples/explore-demo.jsonl", "--no-transcript"}, session);
+  CHECK(cut.code == 0);
+  auto cut_lines = parse_lines(cut.out);
+  bool cancelled = false;
+  for (const json& l : cut_lines)
+    if ((l.value("type", "") == "child_done" || l.value("type", "") == "result") &&
+        l["envelope"]["status"] == "cancelled")
+      cancelled = true;
+  CHECK(cancelled);
+}
+
+TEST_CASE("serve: a bad --approval-timeout is a bad command line naming the flag") {
+  auto r = test::run({test::bin("subagent-supervisor").string(), "serve", "--approval-timeout", "5x"});
+  CHECK(r.code == 64);
+  CHECK(r.err.find("--approval-timeout: ") != std::string::npos);
+  auto ok = test::run({test::bin("subagent-supervisor").string(), "serve", "--approval-timeout", "5s"}, "");
+  CHECK(ok.code == 0);  // the twin: a good value, and an empty session
+}

@@ -12,7 +12,7 @@ namespace supervisor::cli {
 const char* const kExitStatusTable = R"(Exit status (the same for every command):
   0    success; for run: the child completed
   1    the command ran and reports a problem: policy check found an error, apply refused the
-       patch, audit cannot read its log
+       patch, audit matched nothing or has no log yet
   2    run: budget_exhausted     3  run: timeout     4  run: cancelled (SIGINT, SIGTERM)
   5    run: failed (the child crashed, or could not be launched: the envelope says why)
   6    run: protocol_error (the child broke the protocol)

@@ -1,6 +1,9 @@
 // `subagent-supervisor audit`: reads an audit log and answers "what did child X do" and "which children
 // used tool Y". Streams the file; never loads it whole.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -52,7 +55,8 @@ Examples:
   subagent-supervisor audit --tool run_command --decision allow --children
                                                     # which children ran commands
 
-Exit status: 0 something matched, 1 nothing matched, 2 the log could not be read, 64 bad command line.
+Exit status: 0 something matched; 1 nothing matched, or there is no audit log yet (stderr says
+which); 64 bad command line, an ambiguous --child prefix included (the matches are listed).
 )";
 
 struct Filter {
@@ -262,11 +266,47 @@ int cmd_audit(Args args) {
   if (!conversation_id.empty()) return conversation(conversation_id, transcript_dir, file, as_json);
 
   const std::string path = file.empty() ? default_audit_file().string() : file;
+  std::error_code exists_ec;
+  if (!fs::exists(path, exists_ec)) {
+    if (file.empty())
+      print_for_terminal(stderr, "subagent-supervisor audit: no child has run yet: there is no audit log at %s (run, "
+                                 "serve and mcp write it; --file names another)\n", path.c_str());
+    else
+      print_for_terminal(stderr, "subagent-supervisor audit: there is no audit log at %s\n", path.c_str());
+    return 1;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    print_for_terminal(stderr, "subagent-supervisor audit: cannot read the audit log %s (is that the right --file?)\n",
-                 path.c_str());
-    return 2;
+    const int err = errno;
+    print_for_terminal(stderr, "subagent-supervisor audit: cannot read the audit log %s: %s\n", path.c_str(),
+                       std::strerror(err));
+    return 1;
+  }
+  // --child takes a unique prefix: one that names several children is refused, listing them.
+  if (!f.child.empty()) {
+    std::vector<std::string> ids;
+    std::string line;
+    while (std::getline(in, line)) {
+      json l = json::parse(line, nullptr, false);
+      if (!l.is_object() || !l.contains("child") || !l["child"].is_string()) continue;
+      const std::string id = l["child"].get<std::string>();
+      if (id.rfind(f.child, 0) == 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    if (ids.empty()) {
+      print_for_terminal(stderr, "subagent-supervisor audit: no child whose id starts with '%s' in %s\n",
+                         f.child.c_str(), path.c_str());
+      return 1;
+    }
+    if (ids.size() > 1) {
+      std::string list;
+      for (std::size_t i = 0; i < ids.size() && i < 20; ++i) list += "\n  " + ids[i];
+      if (ids.size() > 20) list += "\n  ... and " + std::to_string(ids.size() - 20) + " more";
+      print_for_terminal(stderr, "subagent-supervisor audit: --child '%s' matches %zu children; give more of the id:%s\n",
+                         f.child.c_str(), ids.size(), list.c_str());
+      return kUsageError;
+    }
+    in.clear();
+    in.seekg(0);
   }
 
   struct ChildSummary {
@@ -307,7 +347,7 @@ int cmd_audit(Args args) {
   }
   if (in.bad()) {
     print_for_terminal(stderr, "subagent-supervisor audit: read error in %s after line %zu\n", path.c_str(), lineno);
-    return 2;
+    return 1;
   }
   if (children)
     for (const auto& id : order) {
@@ -319,6 +359,7 @@ int cmd_audit(Args args) {
     print_for_terminal(stderr, "subagent-supervisor audit: skipped %zu line%s of %s that were not JSON objects\n", unreadable,
                  unreadable == 1 ? "" : "s", path.c_str());
   std::fflush(stdout);
+  if (!matched) print_for_terminal(stderr, "subagent-supervisor audit: no event in %s matches\n", path.c_str());
   return matched ? 0 : 1;
 }
 

@@ -21,7 +21,10 @@ constexpr const char* kServeUsage = R"(usage: subagent-supervisor serve [options
 Speaks the control protocol (protocol/README.md, "Control protocol") on stdin/stdout: the parent
 says hello with its own scope, then spawns children (sync or background), lists them, reads their
 output, cancels them, answers approvals and applies patches. End of stdin cancels what still runs,
-reports every envelope and exits 0.
+reports every envelope and exits 0; with --drain it lets every child finish first (a first SIGINT
+or SIGTERM then cancels them), so `serve --drain < session.jsonl` runs a session from a file.
+
+  --drain                  at end of stdin, wait for running and queued children to finish
 
 Options:
 )";
@@ -37,6 +40,8 @@ struct Server {
   std::uint64_t next_approval = 0;
   std::map<std::string, ApprovalReply> pending_approvals;
   bool ending = false;
+  bool drain_on_eof = false;
+  bool draining = false;
 
   void reply_error(const json& id, const std::string& code, const std::string& message) {
     parent->send({{"type", "error"}, {"id", id}, {"code", code}, {"message", message}});
@@ -109,6 +114,7 @@ struct Server {
     approvals = m.value("approvals", false);
     if (approvals) {
       cfg.approver = [this](const ApprovalRequest& r, ApprovalReply reply) {
+        if (draining) return reply(false, "denied: the parent closed its input, so nobody can answer (serve --drain)");
         std::string aid = "a" + std::to_string(++next_approval);
         pending_approvals[aid] = std::move(reply);
         parent->send({{"type", "approval_request"}, {"approval_id", aid}, {"child_id", r.child_id},
@@ -184,9 +190,23 @@ struct Server {
   }
 
   void end(const std::string& why) {
+    if (draining) {  // a signal while draining: cancel what is left, as without --drain
+      draining = false;
+      end_front_end(io, hub.get(), parent, why);
+      return;
+    }
     if (ending) return;
     ending = true;
     end_front_end(io, hub.get(), parent, why);
+  }
+
+  void end_of_input() {
+    if (!drain_on_eof || !hub) return end("the parent closed its input");
+    if (ending) return;
+    ending = true;
+    draining = true;
+    auto p = parent;
+    hub->drain([this, p] { p->flush([this] { io.stop(); }); });
   }
 };
 
@@ -203,7 +223,8 @@ int cmd_serve(Args args) {
       std::fputs(kFrontEndFlagsHelp, stdout);
       return 0;
     }
-    if (!parse_front_end_flag(args, f, o)) throw UsageError("unknown option '" + f + "' (see serve --help)");
+    if (f == "--drain") s.drain_on_eof = true;
+    else if (!parse_front_end_flag(args, f, o)) throw UsageError("unknown option '" + f + "' (see serve --help)");
   }
   finish_front_end(o);
   s.base = o.base;
@@ -213,7 +234,9 @@ int cmd_serve(Args args) {
   run_parent_loop(io, s.parent, max_line,
                   {[&](const json& m) { s.on_message(m); },
                    [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
-                   [&](const std::string& why) { s.end(why); }});
+                   [&](const std::string& why) { s.end(why); },
+                   "the parent closed its input",
+                   [&] { s.end_of_input(); }});
   return 0;
 }
 

@@ -51,7 +51,13 @@ bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) 
   else if (f == "--child-arg") o.base.child_args.push_back(args.value(f));
   else if (f == "--max-concurrent") o.base.max_concurrent = args.number(f);
   else if (f == "--max-per-turn") o.base.max_per_turn = args.number(f);
-  else if (f == "--approval-timeout") o.base.approval_timeout = parse_duration(args.value(f));
+  else if (f == "--approval-timeout") {
+    try {
+      o.base.approval_timeout = parse_duration(args.value(f));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(f + ": " + e.what());
+    }
+  }
   else if (f == "--state-dir") o.base.workspaces.state_dir = fs::absolute(args.value(f));
   else if (f == "--lock-dir") o.base.workspaces.lock_dir = fs::absolute(args.value(f));
   else if (f == "--max-line") o.max_line = args.number(f);
@@ -103,7 +109,10 @@ void finish_front_end(FrontEndOptions& o) {
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
                      ParentLoop loop) {
   parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
-                            {loop.on_message, loop.on_bad_line, [&loop] { loop.on_end(loop.eof_reason); }});
+                            {loop.on_message, loop.on_bad_line, [&loop] {
+                               if (loop.on_eof) loop.on_eof();
+                               else loop.on_end(loop.eof_reason);
+                             }});
   {
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     // The first signal ends the front end; later ones (Codex sends SIGTERM twice) are taken and

@@ -479,6 +479,12 @@ void Hub::shutdown(const std::string& reason, std::function<void()> done) {
   check_shutdown();
 }
 
+void Hub::drain(std::function<void()> done) {
+  shutting_down_ = true;
+  shutdown_done_ = std::move(done);
+  check_shutdown();
+}
+
 void Hub::check_shutdown() {
   if (!shutting_down_ || !shutdown_done_) return;
   for (const auto& [id, c] : children_)

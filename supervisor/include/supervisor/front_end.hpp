@@ -43,6 +43,7 @@ struct ParentLoop {
   std::function<void(const std::string& error)> on_bad_line;  // not JSON, not UTF-8, too long
   std::function<void(const std::string& why)> on_end;         // end of input, SIGINT, SIGTERM
   std::string eof_reason = "the parent closed its input";
+  std::function<void()> on_eof;  // when set, end of input calls this instead of on_end (serve --drain)
 };
 
 // Serves one parent on stdin/stdout: creates `parent` (so handlers can send through it), then runs

@@ -115,6 +115,9 @@ class Hub {
   void new_turn();
   // Cancels every child; `done` runs when every envelope has been delivered.
   void shutdown(const std::string& reason, std::function<void()> done);
+  // Takes no new children and lets every running, queued or waiting one finish on its own;
+  // `done` runs when every envelope has been delivered. A later shutdown() cancels what is left.
+  void drain(std::function<void()> done);
 
   std::size_t running() const noexcept { return running_; }
   const HubConfig& config() const noexcept { return cfg_; }
