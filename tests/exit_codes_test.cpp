@@ -93,11 +93,7 @@ TEST_CASE("4: cancelled by SIGTERM") {
     ::dup2(n, 0);
     ::dup2(o, 1);
     ::dup2(n, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
+    test::exec_in("", args);
   }
   // Signal once the child runs (the supervisor's handlers are in place long before it spawns one).
   for (int i = 0; i < 3000 && test::processes_named(name) == 0; ++i)

@@ -78,6 +78,16 @@ inline std::string slurp(const fs::path& p) {
 }
 
 // Runs argv (argv[0] is a path) with stdin from /dev/null, or from `input` when given.
+// In a forked child: chdir to `cwd` and execv argv (exit 126 when the chdir fails, 127 when the exec does).
+[[noreturn]] inline void exec_in(const fs::path& cwd, const std::vector<std::string>& argv) {
+  if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  ::_exit(127);
+}
+
 inline RunResult run(const std::vector<std::string>& argv, const std::string& input = "",
                      const fs::path& cwd = SUBAGENT_SOURCE_DIR) {
   TempDir io;
@@ -89,12 +99,7 @@ inline RunResult run(const std::vector<std::string>& argv, const std::string& in
     ::dup2(i, 0);
     ::dup2(o, 1);
     ::dup2(e, 2);
-    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    exec_in(cwd, argv);
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -119,12 +124,7 @@ inline RunResult run_on_terminal(const std::vector<std::string>& argv, const fs:
     }
     int null = ::open("/dev/null", O_RDONLY);
     ::dup2(null, 0);
-    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    exec_in(cwd, argv);
   }
   RunResult r;
   if (pid < 0) {
