@@ -343,8 +343,9 @@ void explain_summary(const Preset& p, const std::string& workspace) {
   }
   std::vector<std::string> asks = p.ask;
   if (!asks.empty())
-    line("approval", join(asks, " ") + (p.unattended ? " ask — unattended: with no approver denied at once"
-                                                     : " ask the parent (no approver: denied at once)"));
+    line("approval", join(asks, " ") + ": each call asks the parent" +
+                         (p.unattended ? "; the preset runs unattended, so with no approver each is denied at once"
+                                       : " (no approver: denied at once)"));
 
   if (p.workspace_mode == "read") {
     line("later-run", "none: nothing that runs later outside the sandbox can be written");
