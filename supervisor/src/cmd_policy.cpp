@@ -288,6 +288,7 @@ void explain_summary(const Preset& p, const std::string& workspace) {
   if (!writes.empty() && !s.protected_paths.empty())
     w += " (read-only inside: " + join(s.protected_paths, " ") +
          (p.workspace_mode == "write_locked" ? ", and the existing later-execution paths)" : ")");
+  if (p.workspace_mode == "worktree") w += "; ${workspace} is an isolated worktree (or copy), the parent applies the patch";
   if (lists(s.write_paths, "/dev/null")) w += "; /dev/null (discarded)";
   line("writes", w);
 
