@@ -241,6 +241,13 @@ TEST_CASE("policy check: errors name the line and column, and an unknown key lis
   CHECK(r.code == 1);
   CHECK(r.out.find("explore.json:" + position(text, "\"network\"") + ": error: sandbox.network must be \"none\"") !=
         std::string::npos);
+  // Text that is no JSON: the position where the parser stopped.
+  text = shipped_with("explore", "\"network\": \"none\"", "\"network\": none");
+  r = check({d.write("explore.json", text)});
+  CHECK(r.code == 1);
+  const std::string at = position(text, "\"network\": none");  // nlohmann's column: the last character read, "no"
+  CHECK(r.out.find("explore.json:" + at.substr(0, at.find(':')) + ":" +
+                   std::to_string(std::stoi(at.substr(at.find(':') + 1)) + 12) + ": error: not valid JSON: ") != std::string::npos);
 }
 
 TEST_CASE("policy check: a \"preset\" that differs from the file name is an error") {

@@ -330,7 +330,7 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
     doc = read_jsonc_file(file);
   } catch (const PresetError& e) {
     if (map.duplicates.empty()) {
-      error(bare(e.what()));
+      out.push_back({"error", bare(e.what()), e.pointer(), e.at()});
       return out;
     }
     for (const auto& d : map.duplicates)  // every one, where read_jsonc_file names the first

@@ -294,7 +294,13 @@ json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
-    throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what());
+    // e.byte counts from 1 and points at the character that stopped the parser.
+    JsonPosition at{1, 1};
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') at = {at.line + 1, 1};
+      else ++at.column;
+    }
+    throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what(), "", at);
   }
   const JsonSourceMap map = map_json_source(text);
   if (!map.duplicates.empty()) {
@@ -302,7 +308,7 @@ json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
     throw PresetError("policy " + file.string() + ":" + d.again.text() + ": " + d.pointer +
                           " is given twice (first at line " + d.first.text() +
                           "); only the last one would count, so remove one",
-                      d.pointer);
+                      d.pointer, d.again);
   }
   if (raw_bytes) *raw_bytes = std::move(text);
   return doc;

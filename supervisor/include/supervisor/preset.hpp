@@ -83,25 +83,30 @@ struct Preset {
   nlohmann::json raw;  // the parsed file, for `policy explain`
 };
 
-// what() names the file and the field; field() is that field as a JSON pointer ("/sandbox/network",
+struct JsonPosition {
+  std::size_t line = 0, column = 0;  // 1-based; 0: unknown
+  std::string text() const { return std::to_string(line) + ":" + std::to_string(column); }
+};
+
+// what() names the file and the field; pointer() is that field as a JSON pointer ("/sandbox/network",
 // "" for the whole file), for `policy check` to find its line and column.
 class PresetError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-  PresetError(const std::string& what, std::string pointer) : std::runtime_error(what), pointer_(std::move(pointer)) {}
+  PresetError(const std::string& what, std::string pointer, JsonPosition at = {})
+      : std::runtime_error(what), pointer_(std::move(pointer)), at_(at) {}
   const std::string& pointer() const noexcept { return pointer_; }
+  // Where the text itself is wrong (a syntax error, a repeated key); 0:0 otherwise.
+  const JsonPosition& at() const noexcept { return at_; }
 
  private:
   std::string pointer_;
+  JsonPosition at_;
 };
 
 // Where things are in a JSON-with-comments text: the position of every value by JSON pointer
 // (a member's position is its key's), and every key an object repeats. nlohmann keeps the last of
 // two equal keys without a word, so a reader of the file could believe the first; both are found here.
-struct JsonPosition {
-  std::size_t line = 0, column = 0;  // 1-based; 0: unknown
-  std::string text() const { return std::to_string(line) + ":" + std::to_string(column); }
-};
 struct JsonSourceMap {
   std::map<std::string, JsonPosition> at;  // "/sandbox/filesystem/write/0" -> where it starts
   struct Duplicate {
