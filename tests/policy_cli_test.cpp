@@ -280,7 +280,14 @@ TEST_CASE("policy check: a copy that grants more than the shipped preset says so
                    ": warning: wider than the shipped preset: sandbox.network is \"loopback\"") != std::string::npos);
   CHECK(r.out.find("budgets.max_steps is 500 (shipped worker: 100)") != std::string::npos);
   CHECK(check({file}, true).code == 1);
+  // Research's web section: bytes per fetch and a denied domain dropped.
+  auto web = check({d.write("research.json", shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 9000000"))});
+  INFO(web.out);
+  CHECK(web.out.find("warning: wider than the shipped preset: web.max_fetch_bytes is 9000000 (shipped research: 2000000)") !=
+        std::string::npos);
   // The twins: a copy that only narrows (fewer prefixes, fewer steps) is clean, even with --strict.
+  auto small = check({d.write("research.json", shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 1000"))}, true);
+  CHECK(small.code == 0);
   std::string narrower = shipped_with("worker", "\"make\", \"cmake\"", "\"cmake\"");
   narrower.replace(narrower.find("\"max_steps\": 100"), 16, "\"max_steps\": 50");
   auto n = check({d.write("worker.json", narrower)}, true);
