@@ -18,7 +18,7 @@ class Parser {
   explicit Parser(const std::string& source) : source_(source) {}
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw PolicyError("policy " + source_ + ": " + field + " " + what);
+    throw PolicyError("policy " + source_ + ": " + field + " " + what, field);
   }
 
   const json& object(const json& parent, const std::string& field, const char* key,

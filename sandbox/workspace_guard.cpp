@@ -63,6 +63,23 @@ std::string unsafe_workspace_reason(const fs::path& dir) {
   return {};
 }
 
+std::string unsafe_root_reason(const fs::path& dir, RootKind kind) {
+  if (kind == RootKind::write) return unsafe_workspace_reason(dir);
+  // Reading or running what lies beneath these reaches every user's or the host's state.
+  static constexpr std::array<std::string_view, 13> kWholeTrees = {
+      "/etc", "/proc", "/sys", "/dev", "/var", "/run", "/boot", "/root", "/home", "/tmp", "/srv", "/mnt", "/media"};
+  fs::path d = dir.lexically_normal();
+  if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
+  if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
+  for (const fs::path& home : home_directories()) {  // a project directory inside it is fine
+    if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
+    if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
+  }
+  for (std::string_view top : kWholeTrees)
+    if (d == fs::path(top)) return "it is the whole of " + std::string(top) + ", shared by every user and the host";
+  return {};
+}
+
 void check_workspace(const fs::path& path, const std::string& what) {
   std::error_code ec;
   fs::path canonical = fs::canonical(path, ec);

@@ -1,5 +1,6 @@
 // `subagent-supervisor policy check|explain|list`: for security reviewers.
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -17,19 +18,32 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kPolicyHelp = R"(usage: subagent-supervisor policy check FILE...
-       subagent-supervisor policy explain NAME [--workspace DIR] [--policy-dir DIR] [--json]
+constexpr const char* kPolicyHelp = R"(usage: subagent-supervisor policy check [--strict] [--policy-dir DIR] FILE...
+       subagent-supervisor policy explain NAME [--workspace DIR] [--policy-dir DIR] [--syscalls] [--json]
        subagent-supervisor policy list [--policy-dir DIR]
 
-check    validates each policy file against policies/schema.json and the parser, and lints it for
-         widening: a read-only preset with a write root, an "ask" in a preset that runs unattended,
-         a write root holding .git without protecting it, a rule that widens a denied tool, a syscall
-         group that widens the filesystem rules (filesystem_write without a writing tool; watch). Exit 0
-         when every file is clean, 1 when any has an error or a warning.
-explain  prints what a preset's child may do: every tool decision and rule, the syscall allowlist by
-         group with its argument filters (every rule with --json), every path rule (with ${workspace}
-         filled in when --workspace is given), every limit and namespace, the environment, the
-         budgets, and what the running kernel supports.
+check    checks each policy file the way `run` loads it, then lints it. Findings name FILE:LINE:COLUMN.
+         error (exit 1): what `run` refuses or the file contradicts — not JSON, a key given twice, a
+           schema violation, an unknown field (the valid names listed), a "preset" that differs from
+           the file name, a write root `run` refuses ("/", the home directory, /etc, /usr, ...), a
+           read-only preset with write roots or the filesystem_write syscall group, a granted
+           parent-only capability.
+         warning (printed, exit 0; exit 1 with --strict): legal but dangerous — network "host", "/",
+           the home directory or a host-wide tree (/etc, /proc, /sys, /dev, /var, ...) as a read or
+           execute root, an empty "required", missing namespaces, run_command with no write root, an
+           unprotected .git in an absolute write root, "ask" in an unattended preset, the "watch"
+           group; and every way the file grants more than the shipped preset of the same name (in
+           --policy-dir, else the default policy directory) — tools, rules, paths, network,
+           syscalls, namespaces, required layers, environment, limits, budgets, web, writes.
+         note (never an exit code): a required layer this kernel lacks.
+         skipped: a JSON Schema file (one with a "$schema" key: policies/schema.json), so
+           `policy check policies/*.json` checks every preset and passes on the shipped ones.
+explain  what a preset's child may do to this machine: first a summary (what it reads, writes and
+         executes, network and web, what runs without approval, later-execution paths, the layers
+         this kernel lacks), then every tool decision and rule, every path rule (with ${workspace}
+         filled in when --workspace is given), network, web, the syscall groups (the full table
+         with argument filters: --syscalls; every rule: --json), limits, namespaces, environment,
+         budgets, writes and what the running kernel supports.
 list     names the presets in the policy directory.
 )";
 
@@ -135,27 +149,70 @@ void print_syscalls(const sandbox::Policy& s) {
   std::printf("  kill   %s non-native architecture (ia32 int 0x80) or x32 number: SIGSYS\n", pad("(other ABI)", 22).c_str());
 }
 
+// The groups only, one line for the allowed and one for the refused: the rest of the table is the
+// same for every preset (--syscalls).
+void print_syscall_groups(const sandbox::Policy& s) {
+  std::printf("SYSCALLS (seccomp allowlist, loaded last with no_new_privs; every rule and argument filter: --syscalls)\n");
+  std::vector<std::string> allowed, refused;
+  for (const auto& g : sandbox::syscall_groups(s))
+    (g.allowed ? allowed : refused).push_back(g.name + " (" + std::to_string(g.members.size()) + ")");
+  std::printf("  allow  %s\n", fold(allowed, 9).c_str());
+  if (!s.extra_allowed_syscalls.empty()) std::printf("  allow  %s (policy allow)\n", fold(s.extra_allowed_syscalls, 9).c_str());
+  std::printf("  EPERM  %s\n", fold(refused, 9).c_str());
+  if (!s.extra_denied_syscalls.empty()) std::printf("  EPERM  %s (policy deny)\n", fold(s.extra_denied_syscalls, 9).c_str());
+  std::printf("  ENOSYS everything else (and clone3); another ABI (ia32, x32): SIGSYS%s\n",
+              s.network == "none" ? "; socket(2) EAFNOSUPPORT for every family" : "");
+}
+
+// Research's brokered web access: the child has no network; the supervisor fetches for it.
+void explain_web(const Preset& p) {
+  const bool fetch = widest_decision(p, "web_fetch") != Decision::deny,
+             search = widest_decision(p, "web_search") != Decision::deny;
+  if (!fetch && !search) return;
+  std::printf("WEB (brokered: the supervisor runs these tools; the child's own network is the one above)\n");
+  std::printf("  tools          %s%s\n", fetch ? "web_fetch " : "", search ? "web_search (needs a search endpoint: --search-endpoint or $SUBAGENT_SEARCH_ENDPOINT)" : "");
+  std::printf("  hosts          %s\n", p.web.allow_domains.empty()
+                                          ? "every public host (web.allow_domains is empty)"
+                                          : (join(p.web.allow_domains) + ", each with its subdomains").c_str());
+  std::printf("  refused        %s; every address that is not public (loopback, RFC 1918, ULA, link-local,\n"
+              "                 CGNAT, multicast, cloud metadata), checked on the URL and before each connect,\n"
+              "                 redirects included; a spawn's \"domains\" may only narrow the hosts\n",
+              p.web.deny_domains.empty() ? "no domain listed" : (join(p.web.deny_domains) + " and subdomains").c_str());
+  std::printf("  per fetch      %llu bytes, %llu s (web.max_fetch_bytes, web.fetch_timeout_seconds); no proxy\n\n",
+              (unsigned long long)p.web.max_fetch_bytes, (unsigned long long)(p.web.fetch_timeout_ms / 1000));
+}
+
 int check(Args& args) {
   std::vector<std::string> files;
   std::string policy_dir;
+  bool strict = false;
   while (auto a = args.next()) {
     if (*a == "--policy-dir") policy_dir = args.value(*a);
+    else if (*a == "--strict") strict = true;
     else if (a->rfind("--", 0) == 0) throw UsageError("unknown option '" + *a + "'");
     else files.push_back(*a);
   }
   if (files.empty()) throw UsageError("policy check needs at least one FILE");
-  fs::path schema_dir = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
-  int bad = 0;
+  fs::path dir = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
+  int failed = 0;
   for (const auto& f : files) {
-    auto findings = lint_policy_file(f, schema_dir / "schema.json");
+    auto findings = lint_policy_file(f, dir / "schema.json", dir);
     if (findings.empty()) {
       std::printf("%s: ok\n", f.c_str());
       continue;
     }
-    ++bad;
-    for (const auto& x : findings) std::printf("%s: %s: %s\n", f.c_str(), x.severity.c_str(), x.message.c_str());
+    bool fails = false, faults = false, skipped = false;
+    for (const auto& x : findings) {
+      fails = fails || x.severity == "error" || (strict && x.severity == "warning");
+      faults = faults || x.severity == "error" || x.severity == "warning";
+      skipped = skipped || x.severity == "skipped";
+      std::printf("%s%s: %s: %s\n", f.c_str(), x.at.line ? (":" + x.at.text()).c_str() : "", x.severity.c_str(),
+                  x.message.c_str());
+    }
+    if (!faults && !skipped) std::printf("%s: ok\n", f.c_str());  // notes only: about this machine
+    failed += fails;
   }
-  return bad ? 1 : 0;
+  return failed ? 1 : 0;
 }
 
 // What a writer may not change unseen, and the caps on its patch.
@@ -166,7 +223,7 @@ void explain_writes(const Preset& p, const std::string& workspace) {
   std::printf("  later-execution paths (contents that run on the user's next ordinary command), relative to the\n"
               "  workspace; **/NAME: NAME at any depth. Always added: **/.git and the repository's core.hooksPath\n"
               "  target, read at spawn.\n");
-  for (const auto& e : w.later_execution) std::printf("    %s\n", e.c_str());
+  std::printf("    %s\n", fold(w.later_execution, 4).c_str());
   if (p.workspace_mode == "write_locked")
     std::printf("  existing ones: read-only bind mounts in the child (writes: EROFS); ones the child creates: flagged in\n"
                 "  the envelope's artifacts.later_execution (the kernel cannot refuse a name that does not exist yet).\n"
@@ -193,10 +250,128 @@ void explain_writes(const Preset& p, const std::string& workspace) {
               "  (exec only /usr/bin/git and /usr/lib, no network) with every executable git setting overridden.\n");
 }
 
-void explain_text(const Preset& p, const std::string& workspace) {
+bool lists(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// Paths for one summary line: roots as they are, single entries of /etc, /dev and /proc counted.
+std::string roots_text(const std::vector<std::string>& paths, const std::string& workspace) {
+  std::vector<std::string> shown;
+  std::vector<std::pair<std::string, int>> counted;  // "/etc" -> entries
+  for (const auto& path : paths) {
+    bool entry = false;
+    for (const char* top : {"/etc/", "/dev/", "/proc/"})
+      if (path.rfind(top, 0) == 0) {
+        entry = true;
+        std::string t(top, std::strlen(top) - 1);
+        auto it = std::find_if(counted.begin(), counted.end(), [&](const auto& c) { return c.first == t; });
+        if (it == counted.end()) counted.push_back({t, 1});
+        else ++it->second;
+      }
+    if (!entry) shown.push_back(subst(path, workspace));
+  }
+  std::string out = shown.empty() ? "" : join(shown, " ");
+  for (const auto& [top, n] : counted)
+    out += (out.empty() ? "" : "; ") + std::to_string(n) + (n == 1 ? " entry of " : " entries of ") + top;
+  return out.empty() ? "nothing" : out;
+}
+
+// At most a dozen lines: what a reviewer needs to answer "what can this preset do to my machine".
+void explain_summary(const Preset& p, const std::string& workspace) {
+  const auto& s = p.sandbox;
+  auto line = [](const char* label, const std::string& text) { std::printf("  %s %s\n", pad(label, 10).c_str(), text.c_str()); };
+  std::printf("SUMMARY (details below)\n");
+  line("reads", roots_text(s.read_paths, workspace) + (s.read_paths.empty() ? "" : ", and what the write and execute roots hold"));
+
+  std::vector<std::string> writes;
+  for (const auto& w : s.write_paths)
+    if (w != "/dev/null") writes.push_back(w);
+  std::string w = writes.empty() ? "nothing" : roots_text(writes, workspace);
+  if (!writes.empty() && !s.protected_paths.empty())
+    w += " (read-only inside: " + join(s.protected_paths, " ") +
+         (p.workspace_mode == "write_locked" ? ", and the existing later-execution paths)" : ")");
+  if (p.workspace_mode == "worktree") w += "; ${workspace} is an isolated worktree (or copy), the parent applies the patch";
+  if (lists(s.write_paths, "/dev/null")) w += "; /dev/null (discarded)";
+  line("writes", w);
+
+  std::string x = roots_text(s.exec_paths, workspace);
+  for (const auto& e : s.exec_paths)
+    if (std::any_of(s.write_paths.begin(), s.write_paths.end(), [&](const std::string& r) {
+          return r != "/dev/null" && (r == e || r.rfind(e + "/", 0) == 0 || e.rfind(r + "/", 0) == 0);
+        })) {
+      x += " — " + subst(e, workspace) + " is also writable: the child can run programs it wrote itself";
+      break;
+    }
+  line("executes", x);
+
+  line("network", s.network == "none"       ? "none (own empty network namespace; no socket but AF_UNIX pairs)"
+                  : s.network == "loopback" ? "loopback only (own network namespace with lo)"
+                                            : "HOST: the host's network stack, unfiltered");
+
+  const bool fetch = widest_decision(p, "web_fetch") != Decision::deny,
+             search = widest_decision(p, "web_search") != Decision::deny;
+  if (fetch || search) {
+    std::string hosts = p.web.allow_domains.empty() ? "every public host" : join(p.web.allow_domains, " ") + " (and subdomains)";
+    if (!p.web.deny_domains.empty()) hosts += " except " + join(p.web.deny_domains, " ");
+    line("web", std::string(fetch && search ? "web_fetch and web_search" : fetch ? "web_fetch" : "web_search") +
+                    ", run by the supervisor: " + hosts + "; private, loopback and metadata addresses refused; " +
+                    std::to_string(p.web.max_fetch_bytes) + " B and " + std::to_string(p.web.fetch_timeout_ms / 1000) +
+                    " s per fetch" + (search ? "; web_search needs a search endpoint" : ""));
+  } else {
+    line("web", "none (no web tool)");
+  }
+
+  // Without approval: the tools allowed outright, and run_command's prefixes.
+  std::vector<std::string> free;
+  for (const auto& t : p.allow)
+    if (!lists(p.blocked, t)) free.push_back(t);
+  line("no asking", join(free, " "));
+  std::vector<std::string> prefixes;
+  for (const auto& r : p.rules)
+    if (r.tool == "run_command" && r.decision == Decision::allow && r.when.contains("command_prefix"))
+      for (const auto& v : r.when["command_prefix"]) prefixes.push_back(v.get<std::string>());
+  const Decision rc = widest_decision(p, "run_command");
+  if (lists(p.allow, "run_command")) {
+    line("commands", "run_command: ANY command line without approval, running whatever the execute roots hold");
+  } else if (!prefixes.empty()) {
+    std::string shown;
+    for (std::size_t i = 0; i < prefixes.size() && i < 12; ++i) shown += (i ? ", " : "") + prefixes[i];
+    if (prefixes.size() > 12) shown += " ... (" + std::to_string(prefixes.size()) + " prefixes)";
+    line("commands", "without approval: " + shown + (writes.empty() ? "" : " — build and test commands run code the child can "
+                                                                         "write (Makefiles, tests, scripts): in effect any program "
+                                                                         "the execute roots allow") +
+                         "; other commands " + (lists(p.ask, "run_command") ? "ask" : "are denied"));
+  } else {
+    line("commands", rc == Decision::ask ? "run_command asks for approval for every command line" : "none (no run_command)");
+  }
+  std::vector<std::string> asks = p.ask;
+  if (!asks.empty())
+    line("approval", join(asks, " ") + ": each call asks the parent" +
+                         (p.unattended ? "; the preset runs unattended, so with no approver each is denied at once"
+                                       : " (no approver: denied at once)"));
+
+  if (p.workspace_mode == "read") {
+    line("later-run", "none: nothing that runs later outside the sandbox can be written");
+  } else {
+    std::vector<std::string> later = p.writes.later_execution;
+    if (!lists(later, "**/.git")) later.insert(later.begin(), "**/.git");  // added at every spawn
+    std::string shown;
+    for (std::size_t i = 0; i < later.size() && i < 6; ++i) shown += (i ? " " : "") + later[i];
+    line("later-run", std::to_string(later.size()) + " later-execution paths (" + shown + (later.size() > 6 ? " ..." : "") + "): " +
+                          (p.workspace_mode == "write_locked" ? "existing ones read-only, new ones flagged in the envelope"
+                                                              : "patch changes to them flagged; apply refuses them unless --allow-flagged"));
+  }
+
+  std::vector<std::string> lacking;
+  for (const auto& l : sandbox::kernel_support())
+    if (!l.applied) lacking.push_back(l.name + (lists(s.required, l.name) ? " (REQUIRED: children refused)" : ""));
+  line("kernel", lacking.empty() ? "has every layer" : "lacks " + join(lacking, ", ") + " (see THIS KERNEL)");
+  std::printf("\n");
+}
+
+void explain_text(const Preset& p, const std::string& workspace, bool all_syscalls) {
   const auto& s = p.sandbox;
   std::printf("preset %s  (%s, sha256 %s)\n%s\n\n", p.name.c_str(), p.source.string().c_str(), p.digest.substr(0, 16).c_str(),
               p.description.c_str());
+  explain_summary(p, workspace);
   std::printf("TOOLS\n");
   std::printf("  allow    %s\n  ask      %s\n  deny     %s\n  blocked  %s  (parent-only, never granted)\n",
               join(p.allow).c_str(), join(p.ask).c_str(), join(p.deny).c_str(), join(p.blocked).c_str());
@@ -224,7 +399,28 @@ void explain_text(const Preset& p, const std::string& workspace) {
   std::printf("  r = READ_FILE READ_DIR\n"
               "  w = WRITE_FILE TRUNCATE MAKE_{REG,DIR,SYM,SOCK,FIFO,CHAR,BLOCK} REMOVE_{FILE,DIR} REFER IOCTL_DEV\n"
               "  x = EXECUTE   (rights apply to the path and everything beneath it; on a file, only the file rights)\n");
-  for (const auto& [path, r] : rights) std::printf("  %s  %s\n", r.c_str(), path.c_str());
+  // Single entries of one directory with the same rights on one line: /etc/{passwd, group, ...}.
+  std::vector<bool> shown(rights.size());
+  for (std::size_t i = 0; i < rights.size(); ++i) {
+    if (shown[i]) continue;
+    const fs::path parent = fs::path(rights[i].first).parent_path();
+    std::vector<std::string> names;
+    for (std::size_t j = i; j < rights.size(); ++j)
+      if (!shown[j] && rights[j].second == rights[i].second && rights[j].first.front() == '/' &&
+          parent != "/" && fs::path(rights[j].first).parent_path() == parent) {
+        names.push_back(fs::path(rights[j].first).filename().string() + ",");
+        shown[j] = true;
+      }
+    if (names.size() < 2) {
+      std::printf("  %s  %s\n", rights[i].second.c_str(), rights[i].first.c_str());
+      shown[i] = true;
+      continue;
+    }
+    names.back().pop_back();
+    names.front() = parent.string() + "/{" + names.front();
+    names.back() += "}";
+    std::printf("  %s  %s\n", rights[i].second.c_str(), fold(names, 7).c_str());
+  }
   for (const auto& r : s.protected_paths)
     std::printf("  r--  %s%s  protected: read-only bind mount in the child's mount namespace (writes: EROFS)\n",
                 r.front() == '/' ? "" : "<each write root>/", subst(r, workspace).c_str());
@@ -251,7 +447,9 @@ void explain_text(const Preset& p, const std::string& workspace) {
   else
     std::printf("  host: the host's network stack, unrestricted (no network namespace, no socket filtering).\n\n");
 
-  print_syscalls(s);
+  explain_web(p);
+  if (all_syscalls) print_syscalls(s);
+  else print_syscall_groups(s);
 
   const auto& r = s.rlimits;
   auto lim = [](std::uint64_t v, const char* unit) { return v ? std::to_string(v) + unit : std::string("unlimited"); };
@@ -305,11 +503,12 @@ void explain_text(const Preset& p, const std::string& workspace) {
 
 int explain(Args& args) {
   std::string name, workspace, policy_dir;
-  bool as_json = false;
+  bool as_json = false, all_syscalls = false;
   while (auto a = args.next()) {
     if (*a == "--workspace") workspace = fs::absolute(args.value(*a)).lexically_normal().string();
     else if (*a == "--policy-dir") policy_dir = args.value(*a);
     else if (*a == "--json") as_json = true;
+    else if (*a == "--syscalls") all_syscalls = true;
     else if (a->rfind("--", 0) == 0) throw UsageError("unknown option '" + *a + "'");
     else if (name.empty()) name = *a;
     else throw UsageError("policy explain takes one preset name");
@@ -317,7 +516,7 @@ int explain(Args& args) {
   if (name.empty()) throw UsageError("policy explain needs a preset NAME (see policy list)");
   Preset p = load_preset(name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir));
   if (!as_json) {
-    explain_text(p, workspace);
+    explain_text(p, workspace, all_syscalls);
     return 0;
   }
   json out;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "protocol/tools.hpp"
 
@@ -44,12 +45,15 @@ class Reader {
   explicit Reader(std::string file) : file_(std::move(file)) {}
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw PresetError("policy " + file_ + ": " + field + " " + what);
+    throw PresetError("policy " + file_ + ": " + field + " " + what, field_pointer(field));
   }
   void only_keys(const json& obj, const std::string& where, std::initializer_list<const char*> keys) const {
     for (const auto& [k, v] : obj.items()) {
-      if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; }))
-        fail(where.empty() ? k : where + "." + k, "is not a known field");
+      if (std::none_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; })) {
+        std::string list;
+        for (const char* x : keys) list += std::string(list.empty() ? "" : ", ") + x;
+        fail(where.empty() ? k : where + "." + k, "is not a known field (expected one of: " + list + ")");
+      }
     }
   }
   const json& object(const json& obj, const char* key, const std::string& where) const {
@@ -151,6 +155,135 @@ bool rule_matches(const ToolRule& rule, const json& args) {
 
 }  // namespace
 
+namespace {
+
+// A recursive reader of JSON text that records positions; it trusts nlohmann to have refused
+// malformed text and simply stops where it does not understand the input.
+class SourceMapper {
+ public:
+  explicit SourceMapper(const std::string& text) : t_(text) {}
+
+  JsonSourceMap run() {
+    skip();
+    value("");
+    return std::move(map_);
+  }
+
+ private:
+  JsonPosition here() const { return {line_, i_ - line_start_ + 1}; }
+  bool more() const { return i_ < t_.size(); }
+  void advance() {
+    if (t_[i_] == '\n') {
+      ++line_;
+      line_start_ = i_ + 1;
+    }
+    ++i_;
+  }
+  void skip() {  // whitespace and comments
+    while (more()) {
+      char c = t_[i_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        advance();
+      } else if (c == '/' && i_ + 1 < t_.size() && t_[i_ + 1] == '/') {
+        while (more() && t_[i_] != '\n') advance();
+      } else if (c == '/' && i_ + 1 < t_.size() && t_[i_ + 1] == '*') {
+        advance(), advance();
+        while (more() && !(t_[i_] == '*' && i_ + 1 < t_.size() && t_[i_ + 1] == '/')) advance();
+        if (more()) advance(), advance();
+      } else {
+        return;
+      }
+    }
+  }
+  // A string's contents; escapes other than \uXXXX decoded (keys in policies are plain ASCII).
+  std::string string() {
+    std::string out;
+    advance();  // "
+    while (more() && t_[i_] != '"') {
+      if (t_[i_] == '\\' && i_ + 1 < t_.size()) {
+        advance();
+        char e = t_[i_];
+        out.push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'u' ? '?' : e);
+        if (e == 'u')
+          for (int k = 0; k < 4 && i_ + 1 < t_.size(); ++k) advance();
+      } else {
+        out.push_back(t_[i_]);
+      }
+      advance();
+    }
+    if (more()) advance();  // "
+    return out;
+  }
+  static std::string escape(const std::string& key) {  // RFC 6901
+    std::string out;
+    for (char c : key) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+    return out;
+  }
+  void value(const std::string& pointer) {
+    if (!more()) return;
+    map_.at.emplace(pointer, here());
+    const char c = t_[i_];
+    if (c == '{') {
+      advance();
+      std::map<std::string, JsonPosition> seen;
+      for (skip(); more() && t_[i_] != '}'; skip()) {
+        if (t_[i_] != '"') return;  // not JSON: nlohmann has said so already
+        const JsonPosition at = here();
+        const std::string member = pointer + "/" + escape(string());
+        if (auto [it, fresh] = seen.emplace(member, at); !fresh) map_.duplicates.push_back({member, it->second, at});
+        skip();
+        if (!more() || t_[i_] != ':') return;
+        advance();
+        skip();
+        value(member);
+        map_.at[member] = seen[member];  // the member's position is its (first) key's
+        skip();
+        if (more() && t_[i_] == ',') advance();
+      }
+      if (more()) advance();
+    } else if (c == '[') {
+      advance();
+      std::size_t n = 0;
+      for (skip(); more() && t_[i_] != ']'; skip()) {
+        value(pointer + "/" + std::to_string(n++));
+        skip();
+        if (more() && t_[i_] == ',') advance();
+      }
+      if (more()) advance();
+    } else if (c == '"') {
+      string();
+    } else {
+      while (more() && std::string_view(",]} \t\r\n/").find(t_[i_]) == std::string_view::npos) advance();
+    }
+  }
+
+  const std::string& t_;
+  std::size_t i_ = 0, line_ = 1, line_start_ = 0;
+  JsonSourceMap map_;
+};
+
+}  // namespace
+
+JsonSourceMap map_json_source(const std::string& text) { return SourceMapper(text).run(); }
+
+JsonPosition JsonSourceMap::find(std::string pointer) const {
+  for (;;) {
+    if (auto it = at.find(pointer); it != at.end()) return it->second;
+    if (pointer.empty()) return {};
+    pointer.erase(pointer.rfind('/'));
+  }
+}
+
+std::string field_pointer(const std::string& field) {
+  if (field.empty() || field.front() == '(') return "";  // "(top level)"
+  std::string out = "/";
+  for (char c : field) {
+    if (c == '.' || c == '[') out.push_back('/');
+    else if (c != ']') out.push_back(c);
+  }
+  return out;
+}
+
 json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw PresetError("policy " + file.string() + ": cannot be read (does the file exist?)");
@@ -161,7 +294,21 @@ json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
-    throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what());
+    // e.byte counts from 1 and points at the character that stopped the parser.
+    JsonPosition at{1, 1};
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') at = {at.line + 1, 1};
+      else ++at.column;
+    }
+    throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what(), "", at);
+  }
+  const JsonSourceMap map = map_json_source(text);
+  if (!map.duplicates.empty()) {
+    const auto& d = map.duplicates.front();
+    throw PresetError("policy " + file.string() + ":" + d.again.text() + ": " + d.pointer +
+                          " is given twice (first at line " + d.first.text() +
+                          "); only the last one would count, so remove one",
+                      d.pointer, d.again);
   }
   if (raw_bytes) *raw_bytes = std::move(text);
   return doc;
@@ -287,7 +434,7 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   try {
     p.sandbox = sandbox::parse_policy(r.object(doc, "sandbox", ""), file);
   } catch (const sandbox::PolicyError& e) {
-    throw PresetError(e.what());
+    throw PresetError(e.what(), field_pointer(e.field()));
   }
   return p;
 }
@@ -334,7 +481,8 @@ Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) 
   Preset p = parse_preset(doc, file, sha256_hex(raw));
   if (file.stem() != p.name && name_or_path.find('/') == std::string::npos)
     throw PresetError("policy " + file.filename().string() + ": preset is '" + p.name + "', but the file name says '" +
-                      file.stem().string() + "'");
+                          file.stem().string() + "'",
+                      "/preset");
   return p;
 }
 
@@ -359,6 +507,16 @@ std::vector<std::string> offered_tools(const Preset& p) {
     if (r.decision != Decision::deny && std::find(out.begin(), out.end(), r.tool) == out.end()) out.push_back(r.tool);
   }
   return out;
+}
+
+Decision widest_decision(const Preset& p, const std::string& tool) {
+  auto in = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), tool) != v.end(); };
+  if (in(p.blocked) || in(p.deny)) return Decision::deny;
+  Decision best = in(p.allow) ? Decision::allow : in(p.ask) ? Decision::ask : Decision::deny;
+  for (const auto& r : p.rules)
+    if (r.tool == tool && (r.decision == Decision::allow || (r.decision == Decision::ask && best == Decision::deny)))
+      best = r.decision;
+  return best;
 }
 
 Decision decide(const Preset& p, const std::string& tool, const json& args, std::string& why) {

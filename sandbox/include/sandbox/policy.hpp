@@ -13,10 +13,16 @@
 namespace sandbox {
 
 // Thrown for an invalid policy; what() names the file and the field, e.g.
-// "policy worker.json: sandbox.rlimits.open_files must be a positive integer".
+// "policy worker.json: sandbox.rlimits.open_files must be a positive integer"; field() is the field
+// alone ("sandbox.rlimits.open_files"), empty when unknown.
 class PolicyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  PolicyError(const std::string& what, std::string field) : std::runtime_error(what), field_(std::move(field)) {}
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
 };
 
 struct Rlimits {

@@ -27,6 +27,15 @@ class UnsafeWorkspaceError : public SandboxError {
 //    /proc, /sys, /var/lib, /var/log, /var/cache, /var/spool, /var/mail, /var/backups.
 std::string unsafe_workspace_reason(const std::filesystem::path& dir);
 
+// Why `dir` is too much to grant a child as a root of the given kind, or "" when it is not.
+// Write roots: unsafe_workspace_reason() (launch refuses them). Read and execute roots: "/", the
+// user's home directory and every directory above it, and the host-wide trees /etc, /proc, /sys,
+// /dev, /var, /run, /boot, /root, /home, /tmp, /srv, /mnt, /media as a whole (single entries beneath
+// them, /etc/passwd or /dev/null, are what presets grant on purpose). /usr, /lib and /bin are not
+// listed: every program needs them.
+enum class RootKind { read, write, execute };
+std::string unsafe_root_reason(const std::filesystem::path& dir, RootKind kind);
+
 // Resolves `path` (symlinks included; it must exist) and throws UnsafeWorkspaceError when it is
 // unsafe. `what` names the role in the message: "workspace", "write root".
 void check_workspace(const std::filesystem::path& path, const std::string& what);

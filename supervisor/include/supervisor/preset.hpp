@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -82,10 +83,45 @@ struct Preset {
   nlohmann::json raw;  // the parsed file, for `policy explain`
 };
 
+struct JsonPosition {
+  std::size_t line = 0, column = 0;  // 1-based; 0: unknown
+  std::string text() const { return std::to_string(line) + ":" + std::to_string(column); }
+};
+
+// what() names the file and the field; pointer() is that field as a JSON pointer ("/sandbox/network",
+// "" for the whole file), for `policy check` to find its line and column.
 class PresetError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  PresetError(const std::string& what, std::string pointer, JsonPosition at = {})
+      : std::runtime_error(what), pointer_(std::move(pointer)), at_(at) {}
+  const std::string& pointer() const noexcept { return pointer_; }
+  // Where the text itself is wrong (a syntax error, a repeated key); 0:0 otherwise.
+  const JsonPosition& at() const noexcept { return at_; }
+
+ private:
+  std::string pointer_;
+  JsonPosition at_;
 };
+
+// Where things are in a JSON-with-comments text: the position of every value by JSON pointer
+// (a member's position is its key's), and every key an object repeats. nlohmann keeps the last of
+// two equal keys without a word, so a reader of the file could believe the first; both are found here.
+struct JsonSourceMap {
+  std::map<std::string, JsonPosition> at;  // "/sandbox/filesystem/write/0" -> where it starts
+  struct Duplicate {
+    std::string pointer;  // of the repeated member
+    JsonPosition first, again;
+  };
+  std::vector<Duplicate> duplicates;
+  // The position of `pointer`, or of its nearest ancestor the text has; {} when none.
+  JsonPosition find(std::string pointer) const;
+};
+// Reads `text` as far as it is well-formed JSON with // and /* */ comments.
+JsonSourceMap map_json_source(const std::string& text);
+
+// A field as the error messages name it ("sandbox.filesystem.write[0]") as a JSON pointer.
+std::string field_pointer(const std::string& field);
 
 // Where presets are looked up: $SUBAGENT_POLICY_DIR, else <exe>/../share/subagent-supervisor/policies,
 // else the source tree's policies/ (for a build that was not installed).
@@ -105,10 +141,15 @@ std::vector<std::string> offered_tools(const Preset& p);
 // The limits a child is told in its welcome (protocol/README.md), from the budgets it runs under.
 protocol::Limits child_limits(const Budgets& b);
 
+// The most `tool` can get from the preset over all arguments (deny < ask < allow): its list, or a
+// rule that allows or asks for some arguments. Parent-only and denied tools: deny.
+Decision widest_decision(const Preset& p, const std::string& tool);
+
 // The decision for one call. `why` receives the rule or list that decided, for error messages.
 Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why);
 
-// Reads a JSON-with-comments file; throws PresetError naming the file and the parse error position.
+// Reads a JSON-with-comments file; throws PresetError naming the file and the position of a parse
+// error or of a key an object repeats (refused: which of the two counts is invisible in the text).
 nlohmann::json read_jsonc_file(const std::filesystem::path& file, std::string* raw_bytes = nullptr);
 
 }  // namespace supervisor
