@@ -466,7 +466,7 @@ int cmd_mcp(Args args) {
   run_parent_loop(io, s.parent, s.opts.max_line,
                   {[&](const json& m) { s.on_message(m); },
                    [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
-                   [&](const std::string& why) { s.end(why); }, "the client closed its input"});
+                   [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr});
   return 0;
 }
 
