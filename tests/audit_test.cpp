@@ -314,7 +314,7 @@ TEST_CASE("audit --child: an ambiguous prefix lists the matches, an unknown id a
   auto unknown = test::run({sup, "audit", "--file", file.string(), "--child", "ffff"});
   CHECK(unknown.code == 1);
   CHECK(unknown.err.find("no child whose id starts with 'ffff' in " + file.string()) != std::string::npos);
-  auto none = test::run({sup, "audit", "--event", "kill", "--file", file.string()});
+  auto none = test::run({sup, "audit", "--tool", "no_such_tool", "--file", file.string()});
   CHECK(none.code == 1);
   CHECK(none.err.find("no event in " + file.string() + " matches") != std::string::npos);
   auto missing = test::run({sup, "audit", "--file", (d.path() / "nothing.jsonl").string()});
