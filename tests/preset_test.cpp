@@ -198,3 +198,16 @@ TEST_CASE("lints catch widening") {
   CHECK(f.back().message.find("not_a_syscall") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("map_json_source: positions and duplicates; a file nested past any policy stops the map, not the process") {
+  const auto map = supervisor::map_json_source("{\n  \"a\": 1,\n  \"b\": [true, {\"c\": 2}],\n  \"a\": 3\n}\n");
+  REQUIRE(map.duplicates.size() == 1);
+  CHECK(map.duplicates[0].pointer == "/a");
+  CHECK(map.at.at("/b/1/c").line == 3);
+  // 100,000 levels of brackets: nlohmann parses them without recursion; the map must not recurse
+  // that deep either (it stops at its limit).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto bounded = supervisor::map_json_source(deep);
+  CHECK(bounded.at.size() <= 256);
+  CHECK(bounded.at.count("") == 1);
+}

@@ -220,7 +220,18 @@ class SourceMapper {
     return out;
   }
   void value(const std::string& pointer) {
+    // Positions are a convenience for messages: past this depth (no policy nests so deep) the map
+    // stops instead of recursing on as far as a hostile file's brackets go.
     if (!more()) return;
+    if (depth_ >= kMaxDepth) {
+      i_ = t_.size();  // the rest of the text has no positions; every enclosing loop ends
+      return;
+    }
+    ++depth_;
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     map_.at.emplace(pointer, here());
     const char c = t_[i_];
     if (c == '{') {
@@ -257,8 +268,10 @@ class SourceMapper {
     }
   }
 
+  static constexpr int kMaxDepth = 256;
   const std::string& t_;
   std::size_t i_ = 0, line_ = 1, line_start_ = 0;
+  int depth_ = 0;
   JsonSourceMap map_;
 };
 
