@@ -16,14 +16,28 @@
 namespace sandbox {
 namespace {
 
-bool probe(unsigned long flags) {
+// Clones a short-lived child with `flags` and returns the status `in_child` exits with there (raw
+// syscalls only: the child is a copy of a possibly multi-threaded process); -1 when the clone
+// failed (errno says why), 256 when the child died by a signal.
+int probe_in_child(unsigned long flags, int (*in_child)()) {
   long pid = sys::clone_legacy(flags | SIGCHLD, nullptr);
-  if (pid < 0) return false;
-  if (pid == 0) ::_exit(0);
+  if (pid < 0) return -1;
+  if (pid == 0) ::_exit(in_child());
   int status = 0;
   while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 256;
+}
+
+// One answer per flag set and probe, computed once. Thread-safe; each Probe type has its own cache.
+template <class T, class Probe>
+T cached(unsigned long flags, Probe probe) {
+  static std::mutex mutex;
+  static std::map<unsigned long, T> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(flags);
+  if (it != cache.end()) return it->second;
+  return cache.emplace(flags, probe()).first->second;
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -43,38 +57,19 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 bool namespaces_supported(unsigned long clone_flags) {
-  static std::mutex mutex;
-  static std::map<unsigned long, bool> cache;
-  std::lock_guard lock(mutex);
-  auto it = cache.find(clone_flags);
-  if (it != cache.end()) return it->second;
-  bool ok = clone_flags == 0 || probe(clone_flags);
-  cache.emplace(clone_flags, ok);
-  return ok;
+  return cached<bool>(clone_flags, [clone_flags] {
+    return clone_flags == 0 || probe_in_child(clone_flags, [] { return 0; }) == 0;
+  });
 }
 
 int private_proc_refusal(unsigned long clone_flags) {
-  static std::mutex mutex;
-  static std::map<unsigned long, int> cache;
-  std::lock_guard lock(mutex);
-  auto it = cache.find(clone_flags);
-  if (it != cache.end()) return it->second;
-  int refusal = ENOSYS;
-  long pid = sys::clone_legacy(clone_flags | SIGCHLD, nullptr);
-  if (pid == 0) {  // pid 1 of its namespace: only raw syscalls from here
-    int fd = sys::make_proc_mount();
-    ::_exit(fd >= 0 ? 0 : (errno > 0 && errno < 255 ? errno : 255));
-  }
-  if (pid > 0) {
-    int status = 0;
-    while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
-    }
-    refusal = WIFEXITED(status) ? WEXITSTATUS(status) : ECHILD;
-  } else {
-    refusal = errno;
-  }
-  cache.emplace(clone_flags, refusal);
-  return refusal;
+  return cached<int>(clone_flags, [clone_flags] {
+    // As pid 1 of its namespace the child tries the mount and exits with the errno, 0 on success.
+    const int status = probe_in_child(clone_flags, [] {
+      return sys::make_proc_mount() >= 0 ? 0 : (errno > 0 && errno < 255 ? errno : 255);
+    });
+    return status < 0 ? errno : status == 256 ? ECHILD : status;
+  });
 }
 
 void write_id_maps(pid_t child, uid_t uid, gid_t gid, bool allow_setgroups) {

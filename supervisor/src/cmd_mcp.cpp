@@ -151,7 +151,7 @@ struct McpServer {
     else
       cfg.parent = "mcp";
     if (elicitation) cfg.approver = [this](const ApprovalRequest& a, ApprovalReply reply) { ask_user(a, std::move(reply)); };
-    cfg.on_log = [](const std::string& line) { print_for_terminal(stderr, "%s\n", escape_for_terminal(line, false).c_str()); };
+    cfg.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str()); };
     cfg.on_progress = [this](const Progress& pr) { progress(pr.id); };
     hub = std::make_unique<Hub>(io, cfg);
 

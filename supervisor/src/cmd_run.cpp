@@ -290,11 +290,11 @@ int cmd_run(Args args) {
   hc.on_log = [&](const std::string& line) {
     if (progress_shown) std::fputs("\r\033[K", stderr);
     progress_shown = false;
-    print_for_terminal(stderr, "%s\n", escape_for_terminal(line, false).c_str());  // the child's text
+    std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str());  // already escaped, tty or not
   };
   hc.on_waiting = [&](const std::string& id, const std::string& why) {
     if (quiet) return;
-    print_for_terminal(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), escape_for_terminal(why, false).c_str());
+    std::fprintf(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), escape_for_terminal(why, false).c_str());
   };
   // Everything below reaches stderr, stdout or the disk scrubbed (docs/transcripts.md).
   ScrubOptions scrub_options;
