@@ -243,9 +243,18 @@ int cmd_sandbox(Args args) {
     struct sigaction sa {};
     sa.sa_handler = forward_signal;
     ::sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
+    // Blocked until g_child is known: CMD may run (and be signalled) before launch returns, and a
+    // signal that came in meanwhile is delivered, and passed on, once they are unblocked.
+    sigset_t forwarded;
+    ::sigemptyset(&forwarded);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) {
+      ::sigaction(sig, &sa, nullptr);
+      ::sigaddset(&forwarded, sig);
+    }
+    ::sigprocmask(SIG_BLOCK, &forwarded, nullptr);
     child = sandbox::launch(*plan);
     g_child = child.pid;
+    ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
   } catch (const sandbox::ExecError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return e.error == ENOENT ? kNotFound : kCannotExecute;
