@@ -16,11 +16,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "plan.hpp"
+#include "sandbox/policy.hpp"
 #include "syscalls.hpp"
 
 #ifndef SECBIT_NOROOT
@@ -166,6 +168,16 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
         ::close(proc);
         break;
       }
+      case RootOp::kHome: {
+        // Owned by the ids the child will run as: the workspace owner's with the identity layer,
+        // else the ones it has now (ids of its own user namespace, read by the kernel there).
+        const unsigned uid = plan.identity ? plan.inner_uid : ::geteuid();
+        const unsigned gid = plan.identity ? plan.inner_gid : ::getegid();
+        int home = sys::make_home_tmpfs(uid, gid, !plan.home_writable);
+        if (home < 0 || sys::move_mount_fd(home, root, path) != 0) fail(status_fd, Step::kHomeMount, errno);
+        ::close(home);
+        break;
+      }
     }
     if (rc != 0 && !(errno == EEXIST && op.kind != RootOp::kBind))
       fail(status_fd, Step::kRootBuild, errno);
@@ -189,6 +201,55 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
     if (proc < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
       fail(status_fd, Step::kProcMount, errno);
     ::close(proc);
+  }
+  // The same for the private home, with the rights the policy gives "${home}".
+  if (plan.private_home && plan.landlock_fd >= 0 && plan.home_access != 0) {
+    int home = ::open(kHomePath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    sys::LandlockPathBeneathAttr rule;
+    std::memset(&rule, 0, sizeof rule);
+    rule.allowed_access = plan.home_access;
+    rule.parent_fd = home;
+    if (home < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
+      fail(status_fd, Step::kHomeMount, errno);
+    ::close(home);
+  }
+}
+
+constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+
+// PID 1 of the namespace while `target` runs: forwards the signals above to it, reaps every
+// process that ends up as its child, and leaves with the target's status. Runs under its own
+// filter (plan.init_bpf), through raw syscalls only.
+[[noreturn]] void run_init(const Plan& plan, pid_t target, const sigset_t& waited, int status_fd) noexcept {
+  // The target holds the other copy of the status pipe: the parent sees EOF once it has exec'd.
+  ::close(status_fd);
+  for (int fd = 0; fd < 3; ++fd) ::close(fd);
+  struct sock_fprog prog;
+  prog.len = static_cast<unsigned short>(plan.init_bpf.size());
+  prog.filter = const_cast<sock_filter*>(plan.init_bpf.data());
+  if (sys::seccomp_set_filter(&prog) != 0) {
+    ::syscall(SYS_kill, target, SIGKILL);
+    ::syscall(SYS_exit_group, kExitStepFailed);
+  }
+  for (;;) {
+    siginfo_t info;
+    long sig = ::syscall(SYS_rt_sigtimedwait, &waited, &info, nullptr, NSIG / 8);
+    if (sig < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      ::syscall(SYS_kill, target, SIGKILL);
+      ::syscall(SYS_exit_group, kExitStepFailed);
+    }
+    if (sig != SIGCHLD) {
+      ::syscall(SYS_kill, target, sig);
+      continue;
+    }
+    for (;;) {
+      int status = 0;
+      long reaped = ::syscall(SYS_wait4, -1, &status, WNOHANG, nullptr);
+      if (reaped <= 0) break;
+      if (reaped == target)
+        ::syscall(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
   }
 }
 
@@ -304,6 +365,25 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   if (plan.landlock_fd >= 0) {
     if (sys::landlock_restrict_self(plan.landlock_fd) != 0) fail(status_fd, Step::kLandlock, errno);
     ::close(plan.landlock_fd);
+  }
+  if (plan.init) {
+    // Every layer but seccomp is in force and inherited; the policy's filter may refuse fork.
+    // The forwarded signals and SIGCHLD stay blocked in the init, which takes them with
+    // sigtimedwait; the target gets an empty mask back before it execs.
+    sigset_t waited;
+    ::sigemptyset(&waited);
+    for (int sig : kForwarded) ::sigaddset(&waited, sig);
+    ::sigaddset(&waited, SIGCHLD);
+    if (::sigprocmask(SIG_BLOCK, &waited, nullptr) != 0) fail(status_fd, Step::kInit, errno);
+    const pid_t init = ::getpid();
+    // A plain fork through the raw syscall: glibc's fork() would run the parent's atfork handlers.
+    const long target = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (target < 0) fail(status_fd, Step::kInit, errno);
+    if (target > 0) run_init(plan, static_cast<pid_t>(target), waited, status_fd);
+    // The target: killed with its init even where no PID namespace does it.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail(status_fd, Step::kPdeathsig, errno);
+    if (::getppid() != init) ::_exit(kExitParentGone);
+    if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(status_fd, Step::kInit, errno);
   }
   // Last: from here on the filter also applies to what we do ourselves.
   if (!plan.bpf.empty()) {

@@ -43,6 +43,14 @@ struct Fd {
 
 }  // namespace
 
+std::uint64_t landlock_directory_access(int abi, bool read, bool write) {
+  if (abi == 0) return 0;
+  std::uint64_t access = 0;
+  if (read || write) access |= kFsReadFile | kFsReadDir;
+  if (write) access |= handled_fs(abi) & ~kFsExecute;
+  return access;
+}
+
 LandlockRuleset build_landlock(const LandlockPaths& paths, const std::string& workspace) {
   LandlockRuleset out;
   out.abi = landlock_abi();

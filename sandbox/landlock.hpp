@@ -1,6 +1,7 @@
 // The Landlock layer: a ruleset opened in the parent; the child only calls restrict_self on it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ struct LandlockRuleset {
   bool tcp_denied = false;
   std::string detail;  // human-readable summary, including skipped (missing) paths
 };
+
+// The rights of a directory rule for `abi` (0: none, no Landlock): reading, and with `write` every
+// right but execute, as build_landlock grants a read or a write root.
+std::uint64_t landlock_directory_access(int abi, bool read, bool write);
 
 // Throws SandboxError for a path that cannot be opened (other than "does not exist" for a path
 // that is not the workspace) or a rule the kernel rejects.

@@ -39,6 +39,7 @@ namespace fs = std::filesystem;
 struct Substitution {
   std::string workspace, child;
   std::vector<std::string> interpreters;  // ${interpreter}: the child script's, resolved (empty: a binary)
+  std::string home = kHomePath;           // ${home}: the private home's path in the child's root
 };
 
 // Returns false when the template names ${child} and the request has no child directory.
@@ -46,7 +47,7 @@ bool substitute(const std::string& in, const Substitution& sub, std::string* out
   std::string result = in;
   for (const auto& [key, value] :
        {std::pair<std::string, const std::string*>{"${workspace}", &sub.workspace},
-        {"${child}", &sub.child}}) {
+        {"${child}", &sub.child}, {"${home}", &sub.home}}) {
     std::size_t pos;
     while ((pos = result.find(key)) != std::string::npos) {
       if (value->empty()) return false;
@@ -65,6 +66,7 @@ std::vector<std::string> substitute_all(const std::vector<std::string>& in, cons
       for (const auto& i : sub.interpreters) out.push_back(i);
       continue;
     }
+    if (t == "${home}") continue;  // no host path: the new root makes it (RootPaths::home)
     std::string s;
     if (substitute(t, sub, &s))
       out.push_back(fs::path(s).lexically_normal().string());
@@ -189,6 +191,10 @@ const char* step_name(Step step) noexcept {
       return "join_cgroup";
     case Step::kProcMount:
       return "mount_proc";
+    case Step::kHomeMount:
+      return "mount_private_home";
+    case Step::kInit:
+      return "init";
   }
   return "unknown";
 }
@@ -223,7 +229,8 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   Substitution sub{
       request.workspace.lexically_normal().string(),
       request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string(),
-      {}};
+      {},
+      kHomePath};
   {
     auto path = policy.env_set.find("PATH");
     std::string path_env = "/usr/bin:/bin";
@@ -302,6 +309,8 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   }
 
   plan->bpf = compile_seccomp(policy);
+  plan->init = request.init;
+  if (plan->init) plan->init_bpf = compile_init_seccomp();
 
   std::string dropped;
   LandlockPaths paths;
@@ -322,6 +331,15 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   }
   LandlockRuleset landlock = build_landlock(paths, sub.workspace);
   plan->landlock_fd = landlock.fd;
+  // The private home: made whenever the policy names ${home}, writable when it is a write root.
+  const auto lists = [](const std::vector<std::string>& v, const char* t) {
+    return std::find(v.begin(), v.end(), t) != v.end();
+  };
+  const bool home_read = lists(policy.read_paths, "${home}");
+  const bool home_write = lists(policy.write_paths, "${home}");
+  bool home_named = home_read || home_write;
+  for (const auto& [name, value] : policy.env_set) home_named |= value.find("${home}") != std::string::npos;
+  plan->home_access = landlock_directory_access(landlock.abi, home_read || home_write, home_write);
   if (!dropped.empty())
     landlock.detail += ", dropped (no child directory in the request): " + dropped;
 
@@ -361,8 +379,8 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   plan->dumpable_for_maps = plan->user_ns && !root;
   plan->have_setpcap = plan->user_ns || has_cap_setpcap();
   plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
-  const RootLayers root_layers =
-      plan_root_and_identity(*plan, {paths.read, paths.write, paths.execute, sub.workspace}, root);
+  const RootLayers root_layers = plan_root_and_identity(
+      *plan, {paths.read, paths.write, paths.execute, sub.workspace, home_named, home_write}, root);
 
   // Protected paths inside write roots: Landlock rights only add up, so they are bind-mounted
   // read-only over themselves in the child's mount namespace (EROFS for every write beneath).
@@ -443,7 +461,9 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
                               : "identity map of uid " + std::to_string(plan->uid) +
                                     " and gid " + std::to_string(plan->gid)),
       ns_layer("pid_namespace", "pid", CLONE_NEWPID,
-               "the target is PID 1; every descendant dies with it"),
+               plan->init ? "a minimal init is PID 1 and the target its child; every "
+                            "descendant dies with the init, which ends with the target"
+                          : "the target is PID 1; every descendant dies with it"),
       ns_layer(
           "net_namespace", "net", CLONE_NEWNET,
           plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),

@@ -47,6 +47,8 @@ enum class Step : std::int32_t {
   kExecve,
   kCgroupJoin,  // writing "0" into a v1 cgroup's tasks file (the tree limits)
   kProcMount,   // the procfs of the child's own PID namespace at /proc in the new root
+  kHomeMount,   // the private home: a tmpfs of the child's own at kHomePath in the new root
+  kInit,        // the minimal init: its fork, its signal mask or its own seccomp filter
 };
 const char* step_name(Step step) noexcept;
 
@@ -71,7 +73,7 @@ struct RootBind {
   bool idmapped = false;  // the parent makes this clone, id-mapped through the child's user ns
 };
 struct RootOp {
-  enum Kind { kDir, kFile, kSymlink, kBind, kProc } kind;
+  enum Kind { kDir, kFile, kSymlink, kBind, kProc, kHome } kind;
   std::string path;    // relative to the new root, e.g. "usr/lib"
   std::string target;  // kSymlink: the link's text, as on the host
   int bind = -1;       // kBind: index into root_binds
@@ -126,6 +128,11 @@ class Plan {
   // A read-only procfs of the child's own PID namespace at /proc (a kProc op), readable through
   // Landlock: it shows the child's processes only, never the host's.
   bool private_proc = false;
+  // A private home at kHomePath (a kHome op): an empty tmpfs made in the child, owned by the
+  // child's uid, gone with its mount namespace. home_access is its Landlock rule (0: no Landlock).
+  bool private_home = false;
+  bool home_writable = false;
+  std::uint64_t home_access = 0;
 
   // Identity (root supervisor with a user namespace): the child's uid/gid inside its namespace are
   // the workspace owner's; outside they are kIdentityBase + the child's host pid (see rootfs.hpp).
@@ -134,6 +141,12 @@ class Plan {
   gid_t inner_gid = 0;
 
   CgroupPlan cgroups;  // per-launch cgroups for the tree limits (sandbox/cgroup.hpp)
+
+  // A minimal init as PID 1 (LaunchRequest::init): after Landlock, the child forks; the parent
+  // stays as init (forwards signals, reaps, exits with the target's status) under init_bpf, a
+  // filter of its own that allows only that; the new process applies `bpf` and execs the target.
+  bool init = false;
+  std::vector<sock_filter> init_bpf;
 
   std::vector<LayerStatus> layers;
 };

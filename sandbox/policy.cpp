@@ -70,13 +70,22 @@ class Parser {
                "may not be \"${interpreter}\": an interpreter may be read and executed, never written or protected");
         continue;
       }
+      if (p == "${home}") {  // the child's private home (policy.hpp: kHomePath), made at launch
+        if (std::string(key) != "read" && std::string(key) != "write")
+          fail(field + "." + key + "[" + std::to_string(i) + "]",
+               "may not be \"${home}\": the private home may be read or written, never executed or protected");
+        continue;
+      }
+      if (p.rfind("${home}", 0) == 0)
+        fail(field + "." + key + "[" + std::to_string(i) + "]",
+             "must be exactly \"${home}\" ('" + p + "'): the private home is granted as a whole");
       if (p.rfind("${interpreter}", 0) == 0)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "must be exactly \"${interpreter}\" ('" + p + "'): it stands for whole files");
       bool templated = p.rfind("${workspace}", 0) == 0 || p.rfind("${child}", 0) == 0;
       if (p.find("${") != std::string::npos && !templated)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
-             "uses an unknown template ('" + p + "'); only ${workspace}, ${child} and ${interpreter} exist");
+             "uses an unknown template ('" + p + "'); only ${workspace}, ${child}, ${interpreter} and ${home} exist");
       if (p.find("${", templated ? 2 : 0) != std::string::npos)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "may use a template only at its start ('" + p + "')");

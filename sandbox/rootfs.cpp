@@ -18,6 +18,7 @@
 
 #include "namespaces.hpp"
 #include "plan.hpp"
+#include "sandbox/policy.hpp"
 #include "syscalls.hpp"
 
 namespace sandbox {
@@ -166,6 +167,31 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
   }
   plan.root_ops.insert(plan.root_ops.end(), binds.begin(), binds.end());
 
+  // The private home: an empty tmpfs of the child's own over a new directory, after the binds so
+  // that nothing of the host lies beneath it; a policy path at or around it would be hidden or
+  // would hold it, so that is refused.
+  std::string home_detail;
+  if (paths.home) {
+    const std::string home = kHomePath;
+    for (const RootBind& b : plan.root_binds)
+      if (under(b.source, home) || under(home, b.source))
+        throw SandboxError("new root: the policy path '" + b.source + "' " +
+                           (under(b.source, home) ? "lies inside" : "holds") + " the private home " +
+                           home + " that ${home} names; use one or the other");
+    for (const auto& [path, target] : links)
+      if (under(home, path))
+        throw SandboxError("new root: the host's '" + path + "' is a symlink, and the private home " +
+                           home + " lies beneath it");
+    skeleton(home, RootOp::kDir, "");
+    plan.root_ops.push_back({RootOp::kHome, relative(home), "", -1});
+    plan.private_home = true;
+    plan.home_writable = paths.home_writable;
+    home_detail = "; " + home + ": a private empty tmpfs, " +
+                  (paths.home_writable ? "writable (256 MiB, charged to the child's memory)"
+                                       : "read-only") +
+                  ", gone when the child ends";
+  }
+
   // /proc: the child's own, when it has a PID namespace; never the host's (a policy path beneath
   // /proc would be a bind of the host's, so it keeps the tree the policy asked for instead).
   std::string proc_detail;
@@ -200,7 +226,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
                        " paths, read-only bind clones except the write roots; writable: " +
                        (writable_list.empty() ? "nothing" : writable_list);
   if (!link_detail.empty()) detail += "; symlinks kept: " + link_detail;
-  return detail + "; " + proc_detail;
+  return detail + "; " + proc_detail + home_detail;
 }
 
 RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root) {
@@ -269,7 +295,10 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
   }
 
   if (!mount_ns) {
-    out.read_only_host.detail = "needs the mount namespace";
+    out.read_only_host.detail = std::string("needs the mount namespace") +
+                                (paths.home ? " (and so does the private home: ${home} names no "
+                                              "directory the child can reach)"
+                                            : "");
     out.idmapped_roots.detail = "needs the mount namespace";
     return out;
   }

@@ -36,6 +36,8 @@ inline constexpr uid_t kIdentityCount = 1U << 22;
 struct RootPaths {
   std::vector<std::string> read, write, execute;  // substituted, lexically normal, absolute
   std::string workspace;
+  bool home = false;           // the policy names ${home}: a private home at kHomePath
+  bool home_writable = false;  // ... as a write root
 };
 
 // Whether a root can be id-mapped: kMap for the disk and memory file systems that support it

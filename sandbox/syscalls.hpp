@@ -205,6 +205,43 @@ inline int make_root_tmpfs() noexcept {
   errno = err;
   return mnt;
 }
+// The child's private home: a new, detached tmpfs, mode 0700 and owned by uid:gid (ids of the
+// caller's user namespace), nosuid, nodev, noexec, read-only unless `writable`. Its pages are
+// charged to the memory cgroup of whoever writes them: the child's tree limit holds it.
+inline int make_home_tmpfs(unsigned uid, unsigned gid, bool read_only) noexcept {
+  constexpr unsigned kFsopenCloexec = 1, kSetString = 1, kCmdCreate = 6, kFsmountCloexec = 1;
+  constexpr unsigned kAttrRdonly = 0x1, kAttrNosuid = 0x2, kAttrNodev = 0x4, kAttrNoexec = 0x8;
+  auto decimal = [](unsigned v, char (&out)[12]) noexcept {
+    char tmp[12];
+    int n = 0;
+    do {
+      tmp[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    for (int i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+  };
+  char uid_text[12], gid_text[12];
+  decimal(uid, uid_text);
+  decimal(gid, gid_text);
+  int fs = static_cast<int>(::syscall(SYS_fsopen, "tmpfs", kFsopenCloexec));
+  if (fs < 0) return -1;
+  int mnt = -1;
+  if (::syscall(SYS_fsconfig, fs, kSetString, "mode", "0700", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kSetString, "uid", uid_text, 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kSetString, "gid", gid_text, 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kSetString, "size", read_only ? "64k" : "256m", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kSetString, "nr_inodes", read_only ? "16" : "16384", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kCmdCreate, nullptr, nullptr, 0) == 0)
+    mnt = static_cast<int>(::syscall(SYS_fsmount, fs, kFsmountCloexec,
+                                     kAttrNosuid | kAttrNodev | kAttrNoexec |
+                                         (read_only ? kAttrRdonly : 0)));
+  int err = errno;
+  ::close(fs);
+  errno = err;
+  return mnt;
+}
+
 // A new, detached procfs of the calling process's PID namespace: read-only, nosuid, nodev,
 // noexec. The kernel refuses it (EPERM) unless a procfs it could replace is fully visible in the
 // caller's mount namespace, so it must be made before the host's tree is detached.

@@ -298,11 +298,11 @@ TEST_CASE("policy check: a copy that grants more than the shipped preset says so
 
 TEST_CASE("policy check: dangerous roots — write roots as launch refuses them (error), read and execute roots (warning)") {
   test::TempDir d;
-  auto r = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"/dev/null\"]",
-                                                      "\"write\": [\"${workspace}\", \"/dev/null\", \"/etc\"]"))});
+  auto r = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                                      "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"/etc\"]"))});
   INFO(r.out);
   CHECK(r.code == 1);
-  CHECK(r.out.find("error: sandbox.filesystem.write[2] '/etc' is refused at launch: it is a system directory (/etc)") !=
+  CHECK(r.out.find("error: sandbox.filesystem.write[3] '/etc' is refused at launch: it is a system directory (/etc)") !=
         std::string::npos);
   const char* home = std::getenv("HOME");
   REQUIRE(home);
@@ -320,8 +320,8 @@ TEST_CASE("policy check: dangerous roots — write roots as launch refuses them 
   // The twins: a project directory is fine as a root of every kind (no finding but the widening ones).
   test::TempDir project;
   const std::string p = project.path().string();
-  auto fine = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"/dev/null\"]",
-                                                         "\"write\": [\"${workspace}\", \"/dev/null\", \"" + p + "\"]"))});
+  auto fine = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                                         "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + p + "\"]"))});
   INFO(fine.out);
   CHECK(fine.code == 0);
   CHECK(fine.out.find("refused at launch") == std::string::npos);
@@ -368,8 +368,8 @@ TEST_CASE("policy check: network host, empty required, missing namespaces, run_c
 TEST_CASE("policy check accepts a write root below ${workspace}, as run does") {
   test::TempDir d, ws;
   std::filesystem::create_directories(ws.path() / "docs");
-  const std::string file = d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"/dev/null\"]",
-                                                               "\"write\": [\"${workspace}/docs\", \"/dev/null\"]"));
+  const std::string file = d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                                               "\"write\": [\"${workspace}/docs\", \"${home}\", \"/dev/null\"]"));
   auto r = check({file});
   INFO(r.out);
   CHECK(r.code == 0);
@@ -382,8 +382,8 @@ TEST_CASE("policy check accepts a write root below ${workspace}, as run does") {
   // An absolute write root has no writer mode's cover: its .git must be protected by the list.
   test::TempDir repo;
   std::filesystem::create_directories(repo.path() / ".git");
-  std::string text = shipped_with("worker", "\"write\": [\"${workspace}\", \"/dev/null\"]",
-                                  "\"write\": [\"${workspace}\", \"/dev/null\", \"" + repo.path().string() + "\"]");
+  std::string text = shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                  "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + repo.path().string() + "\"]");
   const std::string says = "holds a .git directory that sandbox.filesystem.protected does not protect";
   auto kept = check({d.write("worker.json", text)});
   INFO(kept.out);

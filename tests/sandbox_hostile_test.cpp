@@ -426,12 +426,15 @@ TEST_CASE("a sibling process cannot be traced, read, signalled or have its envir
     auto e = boxed(preset, w.ws.path(), {"environ", sibling.pid()});
     CHECK_OUTCOME(e, kBlocked);
     CHECK(e.out.find("api-key") == std::string::npos);
-    // /proc is the child's own (its PID namespace's): /proc/1 there is the child itself, never
-    // the machine's init, and its environment is the clean one the policy built.
-    auto own = boxed(preset, w.ws.path(), {"environ", "1"});
+    // /proc is the child's own (its PID namespace's): /proc/1 there is the sandbox's minimal
+    // init, never the machine's, and the command (pid 2) reads its own clean environment. The
+    // init holds a copy of the supervisor's memory, and the command cannot read that.
+    auto own = boxed(preset, w.ws.path(), {"environ", "2"});
     CHECK_OUTCOME(own, kSucceeded);
     CHECK(own.out.find(kEnvSecret) == std::string::npos);
     CHECK(own.out.find("api-key") == std::string::npos);
+    CHECK_OUTCOME(boxed(preset, w.ws.path(), {"environ", "1"}), kBlocked);
+    CHECK_OUTCOME(boxed(preset, w.ws.path(), {"ptrace", "1"}), kBlocked);
   }
   CHECK(sibling.alive());
 }

@@ -107,7 +107,7 @@ TEST_CASE(
   auto boxed = run_sandboxed(explore_policy(), req);
   CHECK(exit_code(boxed.status) == 0);
   std::string expected =
-      "HOME=" + ws.path.string() + "\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
+      "HOME=/home/subagent\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
   CHECK(boxed.out == expected);
   ::unsetenv("SANDBOX_TEST_SECRET");
 }

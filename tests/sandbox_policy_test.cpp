@@ -82,9 +82,15 @@ TEST_CASE("mistakes are errors that name the file and the field") {
   CHECK(with([](auto& j) { j["filesystem"]["read"] = {"relative/path"}; }) ==
         "policy test.json: sandbox.filesystem.read[0] must be an absolute path or start with "
         "${workspace} or ${child} ('relative/path')");
+  CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${tmp}/x"}; }) ==
+        "policy test.json: sandbox.filesystem.write[0] uses an unknown template ('${tmp}/x'); "
+        "only ${workspace}, ${child}, ${interpreter} and ${home} exist");
   CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${home}/x"}; }) ==
-        "policy test.json: sandbox.filesystem.write[0] uses an unknown template ('${home}/x'); "
-        "only ${workspace}, ${child} and ${interpreter} exist");
+        "policy test.json: sandbox.filesystem.write[0] must be exactly \"${home}\" ('${home}/x'): the private "
+        "home is granted as a whole");
+  CHECK(with([](auto& j) { j["filesystem"]["execute"] = {"${home}"}; }) ==
+        "policy test.json: sandbox.filesystem.execute[0] may not be \"${home}\": the private home may be read "
+        "or written, never executed or protected");
   CHECK(with([](auto& j) { j["filesystem"]["write"] = {"${interpreter}"}; }) ==
         "policy test.json: sandbox.filesystem.write[0] may not be \"${interpreter}\": an interpreter may be read "
         "and executed, never written or protected");

@@ -285,6 +285,7 @@ namespace {
 struct Running {
   pid_t runner = -1;
   pid_t target = -1;
+  pid_t parent = -1;  // the target's parent: the sandbox's init, whose host pid names the id
   std::string uid_line, gid_line;
 };
 
@@ -320,6 +321,7 @@ Running start_named(const std::string& preset, const fs::path& ws, const std::st
   while (std::getline(status, line)) {
     if (line.rfind("Uid:", 0) == 0) r.uid_line = line;
     if (line.rfind("Gid:", 0) == 0) r.gid_line = line;
+    if (line.rfind("PPid:", 0) == 0) r.parent = std::stoi(line.substr(5));
   }
   return r;
 }
@@ -357,9 +359,10 @@ TEST_CASE("a root supervisor's child runs under its own unprivileged host id") {
   Running a = start_named("worker", ws.path(), "idw" + tag);
   Running b = start_named("explore", ws.path(), "ide" + tag);
   INFO(a.uid_line << " / " << b.uid_line);
-  CHECK(a.uid_line == "Uid:\t" + all_four(kIdentityBase + static_cast<unsigned>(a.target)));
-  CHECK(a.gid_line == "Gid:\t" + all_four(kIdentityBase + static_cast<unsigned>(a.target)));
-  CHECK(b.uid_line == "Uid:\t" + all_four(kIdentityBase + static_cast<unsigned>(b.target)));
+  // The ids are set before the init forks the command: kIdentityBase + the init's host pid.
+  CHECK(a.uid_line == "Uid:\t" + all_four(kIdentityBase + static_cast<unsigned>(a.parent)));
+  CHECK(a.gid_line == "Gid:\t" + all_four(kIdentityBase + static_cast<unsigned>(a.parent)));
+  CHECK(b.uid_line == "Uid:\t" + all_four(kIdentityBase + static_cast<unsigned>(b.parent)));
   CHECK(a.uid_line != b.uid_line);
   stop(a);
   stop(b);
@@ -410,10 +413,14 @@ TEST_CASE("/proc in every preset is the child's own, read-only; unsandboxed it i
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("exe=/usr/bin/python3") != std::string::npos);
-    CHECK(r.out.find("pids=1\n") != std::string::npos);  // itself, pid 1 of its namespace
-    CHECK(r.out.find("self=1\n") != std::string::npos);
+    CHECK(r.out.find("pids=1,2\n") != std::string::npos);  // the init and itself
+    CHECK(r.out.find("self=2\n") != std::string::npos);
     CHECK(r.out.find("write=" + std::to_string(EROFS)) != std::string::npos);
   }
+  // As PID 1 (no init) the command is all there is.
+  auto alone = run_piped({kCli, "sandbox", "--preset", "explore", "--workspace", ws.path().string(), "--as-pid-1",
+                          "--", "/usr/bin/python3", "-c", kProcLook});
+  CHECK(alone.out.find("pids=1\nself=1\n") != std::string::npos);
 }
 
 TEST_CASE("legitimate work in the new root: a Python test run in worker, git in reviewer") {

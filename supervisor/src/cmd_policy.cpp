@@ -266,7 +266,7 @@ std::string roots_text(const std::vector<std::string>& paths, const std::string&
         if (it == counted.end()) counted.push_back({t, 1});
         else ++it->second;
       }
-    if (!entry) shown.push_back(subst(path, workspace));
+    if (!entry) shown.push_back(path == "${home}" ? "${home} (private, empty, ends with the child)" : subst(path, workspace));
   }
   std::string out = shown.empty() ? "" : join(shown, " ");
   for (const auto& [top, n] : counted)
@@ -427,6 +427,8 @@ void explain_text(const Preset& p, const std::string& workspace, bool all_syscal
   if (s.write_paths.empty()) std::printf("  (no write roots: nothing may be created, changed or deleted)\n");
   std::printf("  ${child} is the child program (for `sandbox`, CMD's executable); ${interpreter} is its '#!'\n"
               "  interpreter, resolved to the real path at launch (env and the program it runs), nothing for a binary.\n"
+              "  ${home} is /home/subagent, the child's private home: an empty tmpfs of its own (mode 0700, noexec),\n"
+              "  writable only when it is a write root (256 MiB, counted in the tree's memory), gone when it ends.\n"
               "  Rules follow inodes, resolved when the plan is made: a symlink inside a root that points outside is\n"
               "  denied; a hard link that already exists inside a root is readable (path-based: see policies/README.md);\n"
               "  the child cannot make one (EACCES, or EXDEV from REFER). Not mediated: stat, readlink, access, chdir,\n"

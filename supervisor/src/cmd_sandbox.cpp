@@ -1,4 +1,6 @@
 // `subagent-supervisor sandbox`: any command under exactly the sandbox a preset's child gets.
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -6,7 +8,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "sandbox/launch.hpp"
 #include "sandbox/workspace_guard.hpp"
@@ -19,13 +23,22 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kSandboxHelp = R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose]
-                                  [--allow-unsafe-workspace] -- CMD [ARGS...]
+                                  [--as-pid-1] [--allow-unsafe-workspace] -- CMD [ARGS...]
 
 Runs CMD under exactly the sandbox a child of preset NAME gets (seccomp, Landlock, namespaces,
 rlimits, capabilities, environment allowlist), for security reviewers and for testing children.
-stdin, stdout and stderr are passed through; no other file descriptor is. In the policy's paths,
-${workspace} is DIR (default: the current directory) and ${child} is CMD's executable, so CMD is the
-one program that may be executed, as the child program is for a real child.
+stdin, stdout and stderr are passed through; no other file descriptor is. When stdout or stderr is
+a regular file (`> out.txt`), CMD writes into a pipe and this command copies it into the file, so
+that the preset's file-size limit (0 for the read-only presets) binds only files CMD opens itself.
+In the policy's paths, ${workspace} is DIR (default: the current directory), ${child} is CMD's
+executable, so CMD is the one program that may be executed, as the child program is for a real
+child, and ${home} is a private, empty home (HOME) that ends with CMD.
+
+A minimal init is PID 1 of the sandbox's PID namespace and CMD its child: it passes SIGTERM,
+SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH on to CMD, reaps orphans, and ends with
+CMD's status. Those signals sent to this command are passed on the same way; a second SIGINT,
+SIGTERM or SIGHUP kills the whole sandbox. With --as-pid-1 CMD is PID 1 itself (it then ignores
+every signal it has no handler for), and SIGINT, SIGTERM or SIGHUP kills the sandbox at once.
 
 Layers the kernel lacks are listed on stderr; a layer the policy marks required makes the launch fail.
 "/", the home directory itself and system directories (/etc, /usr, /var/lib, ...) are refused as DIR
@@ -34,19 +47,94 @@ Layers the kernel lacks are listed on stderr; a layer the policy marks required 
 )";
 
 pid_t g_child = -1;
+bool g_init = true;              // the sandbox has the minimal init (no --as-pid-1)
+volatile sig_atomic_t g_signals = 0;
+
+// SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are passed on every time (to the init, which gives them to
+// CMD, or to CMD as PID 1). With the init the first SIGINT, SIGTERM or SIGHUP is passed on too and
+// a second one kills the sandbox. Without it CMD is PID 1 of its PID namespace, which ignores every
+// signal it has no handler for except SIGKILL: interrupting the supervisor ends it for sure.
+void forward_signal(int sig) {
+  if (g_child <= 0) return;
+  const bool ending = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+  if (!ending) {
+    ::kill(g_child, sig);
+    return;
+  }
+  if (g_init && g_signals == 0) {
+    g_signals = 1;
+    ::kill(g_child, sig);
+    return;
+  }
+  ::kill(-g_child, SIGKILL);
+  ::kill(g_child, SIGKILL);
+}
+
+// A regular file as stdout or stderr would be written by CMD itself, under RLIMIT_FSIZE; a pipe
+// in its place is copied into the file here instead. `from` is the pipe's read end.
+struct Relay {
+  int from = -1;
+  int to = -1;
+  const char* name = "";
+  bool failed = false;  // the file refused a write: the rest is read and dropped
+};
+
+void copy_available(Relay& r) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(r.from, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      ::close(r.from);
+      r.from = -1;
+      return;
+    }
+    for (ssize_t done = 0; done < n && !r.failed;) {
+      ssize_t w = ::write(r.to, buf + done, static_cast<std::size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        std::fprintf(stderr, "subagent-supervisor sandbox: writing CMD's %s into its file failed: %s; "
+                     "the rest is dropped\n", r.name, std::strerror(errno));
+        r.failed = true;
+        break;
+      }
+      done += w;
+    }
+  }
+}
+
+// Copies until CMD has ended and the pipes are drained; returns its wait status. After CMD ends
+// the rest of its tree is killed; a pipe some process outside the PID namespace still holds open
+// is given up after a grace period.
+int relay_and_wait(const sandbox::Child& child, std::vector<Relay>& relays) {
+  int status = 0;
+  bool reaped = false;
+  for (;;) {
+    std::vector<pollfd> fds;
+    fds.push_back({reaped ? -1 : child.pidfd, POLLIN, 0});
+    for (const Relay& r : relays) fds.push_back({r.from, POLLIN, 0});
+    bool open = false;
+    for (const Relay& r : relays) open |= r.from >= 0;
+    if (reaped && !open) return status;
+    int n = ::poll(fds.data(), fds.size(), reaped ? 1000 : -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    if (n == 0) return status;  // reaped, and a pipe is still held open after a second
+    for (std::size_t i = 0; i < relays.size(); ++i)
+      if (relays[i].from >= 0 && fds[i + 1].revents != 0) copy_available(relays[i]);
+    if (!reaped && fds[0].revents != 0) {
+      while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      reaped = true;
+      ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
+    }
+  }
+}
 
 struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-// The command may be PID 1 of its own PID namespace, which ignores every signal it has no handler
-// for except SIGKILL: interrupting the supervisor ends the sandboxed command for sure.
-void forward_signal(int) {
-  if (g_child > 0) {
-    ::kill(-g_child, SIGKILL);
-    ::kill(g_child, SIGKILL);
-  }
-}
 
 std::string resolve(const std::string& cmd) {
   if (cmd.find('/') != std::string::npos) return fs::absolute(cmd).lexically_normal().string();
@@ -70,7 +158,7 @@ std::string resolve(const std::string& cmd) {
 
 int cmd_sandbox(Args args) {
   std::string preset_name, workspace = ".", policy_dir;
-  bool verbose = false, allow_unsafe_workspace = false;
+  bool verbose = false, allow_unsafe_workspace = false, as_pid_1 = false;
   std::vector<std::string> command;
   while (auto a = args.next()) {
     if (*a == "-h" || *a == "--help") {
@@ -83,6 +171,7 @@ int cmd_sandbox(Args args) {
     else if (*a == "--policy-dir") policy_dir = args.value(*a);
     else if (*a == "--verbose" || *a == "-v") verbose = true;
     else if (*a == "--allow-unsafe-workspace") allow_unsafe_workspace = true;
+    else if (*a == "--as-pid-1") as_pid_1 = true;
     else if (*a == "--") {
       command = args.rest();
       break;
@@ -114,22 +203,33 @@ int cmd_sandbox(Args args) {
   req.workspace = ws;
   req.allow_unsafe_workspace = allow_unsafe_workspace;
   req.child_dir = req.executable;
+  req.init = !as_pid_1;
+  g_init = req.init;
   req.stdin_fd = STDIN_FILENO;
   req.stdout_fd = STDOUT_FILENO;
   req.stderr_fd = STDERR_FILENO;
 
-  // RLIMIT_FSIZE binds writes to any regular file, the inherited stdout/stderr included.
-  if (preset.sandbox.rlimits.file_size_mb == 0) {
-    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-      struct stat st {};
-      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-        std::fprintf(stderr,
-                     "subagent-supervisor sandbox: %s is a regular file, and preset %s lets no file grow "
-                     "(sandbox.rlimits.file_size_mb is 0): the command's writes to it fail with EFBIG. "
-                     "Pipe it instead, e.g. '| cat > FILE'.\n",
-                     fd == STDOUT_FILENO ? "stdout" : "stderr", preset_name.c_str());
+  // RLIMIT_FSIZE binds writes to any regular file, an inherited stdout or stderr included: such a
+  // file gets a pipe in its place, copied here (outside the sandbox, by the user who redirected).
+  std::vector<Relay> relays;
+  std::vector<int> write_ends;
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "subagent-supervisor sandbox: pipe2: %s\n", std::strerror(errno));
+      return kSetupError;
     }
+    ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+    relays.push_back({p[0], fd, fd == STDOUT_FILENO ? "stdout" : "stderr"});
+    write_ends.push_back(p[1]);
+    (fd == STDOUT_FILENO ? req.stdout_fd : req.stderr_fd) = p[1];
   }
+  auto close_write_ends = [&] {
+    for (int& w : write_ends) ::close(w);
+    write_ends.clear();
+  };
 
   sandbox::Child child;
   try {
@@ -143,11 +243,18 @@ int cmd_sandbox(Args args) {
     struct sigaction sa {};
     sa.sa_handler = forward_signal;
     ::sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
-    ::sigaction(SIGHUP, &sa, nullptr);
+    // Blocked until g_child is known: CMD may run (and be signalled) before launch returns, and a
+    // signal that came in meanwhile is delivered, and passed on, once they are unblocked.
+    sigset_t forwarded;
+    ::sigemptyset(&forwarded);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) {
+      ::sigaction(sig, &sa, nullptr);
+      ::sigaddset(&forwarded, sig);
+    }
+    ::sigprocmask(SIG_BLOCK, &forwarded, nullptr);
     child = sandbox::launch(*plan);
     g_child = child.pid;
+    ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
   } catch (const sandbox::ExecError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return e.error == ENOENT ? kNotFound : kCannotExecute;
@@ -155,16 +262,23 @@ int cmd_sandbox(Args args) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return kSetupError;
   }
+  close_write_ends();  // the command holds them now: EOF once it and its tree are gone
   int status = 0;
-  while (::waitpid(child.pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      std::perror("subagent-supervisor sandbox: waitpid");
-      return kSetupError;
+  bool lost = false;
+  try {
+    status = relay_and_wait(child, relays);
+  } catch (const std::exception& e) {
+    lost = true;
+    std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    ::kill(-child.pid, SIGKILL);
+    ::kill(child.pid, SIGKILL);
+    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
     }
   }
-  ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
+  ::kill(-child.pid, SIGKILL);
   ::close(child.pidfd);
   sandbox::release(child);
+  if (lost) return kSetupError;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return kSetupError;

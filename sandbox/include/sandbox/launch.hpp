@@ -46,6 +46,11 @@ struct LaunchRequest {
   // "/", the home directory, system directories... are refused as the workspace or a write root
   // unless this is set (sandbox/workspace_guard.hpp; the CLI's --allow-unsafe-workspace).
   bool allow_unsafe_workspace = false;
+  // A minimal init as PID 1 of the PID namespace, with the target as its only child: it forwards
+  // SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH to the target, reaps orphans and
+  // exits with the target's status (128 + N when signal N killed it). Without it the target is
+  // PID 1 itself and ignores every signal it has no handler for (the sandbox CLI's --as-pid-1).
+  bool init = false;
 };
 
 struct LayerStatus {

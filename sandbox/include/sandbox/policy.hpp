@@ -40,9 +40,12 @@ struct TreeLimits {
   std::uint64_t cpu_percent = 0;  // CFS quota in percent of one CPU: 100 = one CPU, 50 = half
 };
 
+// Where "${home}" puts the child's private home: an empty tmpfs of its own (policies/README.md).
+inline constexpr const char* kHomePath = "/home/subagent";
+
 struct Policy {
   std::string source;  // file name, for error messages
-  // Path templates; ${workspace} and ${child} are substituted at prepare() time.
+  // Path templates; ${workspace}, ${child} and ${home} are substituted at prepare() time.
   std::vector<std::string> read_paths;
   std::vector<std::string> write_paths;
   std::vector<std::string> exec_paths;
