@@ -26,6 +26,10 @@ fail() {
 }
 note() { echo "install_test: $*" >&2; }
 
+if ! command -v node >/dev/null; then
+  echo "install_test: node (Node.js) is needed to read the envelopes: install nodejs (scripts/setup.sh does)" >&2
+  exit 1
+fi
 # Nothing from the environment may lead the installed programs back to the checkout.
 unset SUBAGENT_POLICY_DIR
 mkdir -p "$work/cwd" "$work/home"
