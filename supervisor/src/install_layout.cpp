@@ -91,8 +91,9 @@ std::string install_layout_report() {
                   p.sibling_child.string() + " (" + found(executable_file(p.sibling_child)) + "), the presets in " +
                   p.installed_policies.string() + "/ (" + found(directory(p.installed_policies)) + ")";
   if (p.build_tree) r += std::string(" or ") + SUBAGENT_SOURCE_POLICY_DIR + "/ (the checkout this build came from)";
-  r += ". A binary copied on its own has neither: install with `cmake --install BUILD_DIR --prefix PREFIX` "
-       "(see README.md, Install), or pass --child PATH and --policy-dir DIR (or set SUBAGENT_POLICY_DIR).";
+  r += ". To fix: install with `cmake --install BUILD_DIR --prefix PREFIX`, which puts them in place (README.md, "
+       "Install; a binary copied on its own has neither), or pass --child PATH and --policy-dir DIR (or set "
+       "SUBAGENT_POLICY_DIR).";
   return r;
 }
 
