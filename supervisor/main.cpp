@@ -25,7 +25,8 @@ Commands:
   audit     what did child X do, which children ran commands: queries the audit log (audit --help)
   version   print the version
 
-Presets live in policies/ (one auditable JSON file each); see policies/README.md.
+Presets live in policies/ (installed: PREFIX/share/subagent-supervisor/policies), one auditable JSON
+file each; see policies/README.md.
 The child protocol and the envelope are specified in protocol/README.md.
 )";
 

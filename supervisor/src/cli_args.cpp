@@ -19,7 +19,8 @@ const char* const kExitStatusTable = R"(Exit status (the same for every command)
   64   bad command line: an unknown option, a bad value, a budget of 0 or above the preset's,
        an unknown preset, a workspace that does not exist or is refused as unsafe
   125  nothing was started: the child program or the sandbox could not be set up (a policy
-       file that does not load, a required layer this kernel lacks; stderr names the step)
+       file that does not load, a required layer this kernel lacks, no child or presets
+       installed with this binary; stderr names the step)
   126  sandbox: CMD was found but cannot be executed in the sandbox
   127  sandbox: CMD was not found
   128+N sandbox: CMD was killed by signal N; otherwise sandbox exits with CMD's own status

@@ -21,6 +21,7 @@
 #include "supervisor/audit.hpp"
 #include "supervisor/cli.hpp"
 #include "supervisor/hub.hpp"
+#include "supervisor/install_layout.hpp"
 #include "supervisor/scrub.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/session.hpp"
@@ -56,7 +57,7 @@ Options:
   --summary-bytes N        cap on the envelope's summary (default: the preset's, 2000)
   --answer-bytes N         cap on the envelope's answer (default: the preset's, 48000)
   --policy-dir DIR         where presets are read from (default: $SUBAGENT_POLICY_DIR or the installed policies/)
-  --child PATH             the child program (default: subagent-child next to this executable); any
+  --child PATH             the child program (default: the subagent-child installed with this executable); any
                            program that speaks protocol v1 (protocol/README.md) works
   --child-arg ARG          an argument for the child program (repeatable)
   --max-line BYTES         longest protocol line accepted from the child (default 1048576)
@@ -247,7 +248,7 @@ int cmd_run(Args args) {
     } catch (const std::exception& e) {
       throw UsageError(std::string("--model: ") + e.what());
     }
-    child_executable = child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(child);
+    child_executable = child.empty() ? default_child_executable() : fs::absolute(child);
     if (::access(child_executable.c_str(), X_OK) != 0)
       throw SetupError("child program '" + child_executable.string() + "' is not an executable file");
   } catch (const UsageError& e) {

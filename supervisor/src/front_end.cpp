@@ -9,6 +9,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "sandbox/workspace_guard.hpp"
+#include "supervisor/install_layout.hpp"
 #include "supervisor/model.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/scrub.hpp"
@@ -21,7 +22,7 @@ const char* const kFrontEndFlagsHelp = R"(  --model SPEC             default mod
   --allow-unsafe-workspace let "/", the home directory itself or a system directory (/etc, /usr, ...)
                            be a workspace (refused by default; see policies/README.md)
   --policy-dir DIR         where presets are read from
-  --child PATH             the child program (default: subagent-child next to this executable)
+  --child PATH             the child program (default: the subagent-child installed with this executable)
   --child-arg ARG          an argument for the child program (repeatable)
   --max-concurrent N       children running at once (default 8, at most 64)
   --max-per-turn N         children started per parent turn (default 24, at most 256)
@@ -103,7 +104,7 @@ void finish_front_end(FrontEndOptions& o) {
                                                     : b.transcripts       ? b.transcripts->dir() / "audit.jsonl"
                                                                           : default_audit_file()},
                                        scrubber);
-  b.child_executable = o.child.empty() ? fs::path(executable_dir()) / "subagent-child" : fs::absolute(o.child);
+  b.child_executable = o.child.empty() ? default_child_executable() : fs::absolute(o.child);
 }
 
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,

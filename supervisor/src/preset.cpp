@@ -452,17 +452,6 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   return p;
 }
 
-fs::path default_policy_dir() {
-  if (const char* env = ::getenv("SUBAGENT_POLICY_DIR"); env && *env) return env;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path installed = exe.parent_path().parent_path() / "share" / "subagent-supervisor" / "policies";
-    if (fs::is_directory(installed, ec)) return installed;
-  }
-  return SUBAGENT_SOURCE_POLICY_DIR;
-}
-
 std::vector<std::string> list_presets(const fs::path& policy_dir) {
   std::vector<std::string> out;
   std::error_code ec;
