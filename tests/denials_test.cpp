@@ -86,10 +86,19 @@ TEST_CASE("run: an ask with no approver is denied, with a line on stderr and an 
   CHECK(env["tools_used"].value("read_file", 0) == 0);
   CHECK(denial_lines(r.err) ==
         std::vector<std::string>{line_for(env, "read_file", "ask: no approver", "policy gate: tools.ask lists 'read_file'")});
-  // The audit log names the rule too.
+  // The audit log has the denial with its rule, and `audit --event denial` finds exactly it.
   const std::string audit = test::slurp(g.dir.path() / "audit.jsonl");
   CHECK(audit.find(R"("decision":"deny")") != std::string::npos);
   CHECK(audit.find(R"("rule":"tools.ask")") != std::string::npos);
+  auto a = test::run({test::bin("subagent-supervisor").string(), "audit", "--event", "denial", "--json", "--file",
+                      (g.dir.path() / "audit.jsonl").string()});
+  REQUIRE(a.code == 0);
+  auto found = lines_of(a.out);
+  REQUIRE(found.size() == 1);
+  json line = json::parse(found[0]);
+  CHECK(line["child"] == env["id"]);
+  CHECK(line["tool"] == "read_file");
+  CHECK(line["rule"] == "ask: no approver");
 }
 
 TEST_CASE("twin: the same call allowed runs, with no denial and no line") {
@@ -104,6 +113,7 @@ TEST_CASE("twin: the same call allowed runs, with no denial and no line") {
   CHECK(env["denials_omitted"] == 0);
   CHECK(denial_lines(r.err).empty());
   CHECK(r.err.find("denied") == std::string::npos);
+  CHECK(test::slurp(g.dir.path() / "audit.jsonl").find(R"("event":"denial")") == std::string::npos);
 }
 
 TEST_CASE("run: deny lists, argument rules, parent-only and unoffered tools each name their rule") {
