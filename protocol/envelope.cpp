@@ -55,6 +55,50 @@ nlohmann::json signal_name(int sig) {
 }
 }  // namespace
 
+nlohmann::json to_json(const Denial& d) { return {{"tool", d.tool}, {"rule", d.rule}, {"reason", d.reason}}; }
+
+Denial capped_denial(Denial d) {
+  auto cut = [](std::string& s, std::size_t cap) {
+    if (s.size() > cap) s.resize(utf8_prefix_length(s, cap));
+  };
+  cut(d.tool, kDenialToolBytes);
+  cut(d.rule, kDenialRuleBytes);
+  cut(d.reason, kDenialReasonBytes);
+  return d;
+}
+
+namespace {
+// The list's size as compact JSON, as the envelope will hold it (invalid UTF-8 replaced, as dumped).
+std::size_t denials_bytes(const std::vector<Denial>& list) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& d : list) a.push_back(to_json(d));
+  return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+}
+
+// Lists `d` if it fits after what is listed; false when it does not.
+bool try_list(std::vector<Denial>& listed, Denial d) {
+  if (listed.size() >= kMaxDenials) return false;
+  listed.push_back(capped_denial(std::move(d)));
+  if (denials_bytes(listed) <= kMaxDenialsBytes) return true;
+  listed.pop_back();
+  return false;
+}
+}  // namespace
+
+void DenialList::add(Denial d) {
+  // Once one is omitted, every later one is too: the list stays the first denials, in order.
+  if (omitted > 0 || !try_list(listed, std::move(d))) ++omitted;
+}
+
+void DenialList::refit() {
+  std::vector<Denial> before = std::move(listed);
+  listed.clear();
+  std::uint64_t dropped = 0;
+  for (auto& d : before)
+    if (dropped > 0 || !try_list(listed, std::move(d))) ++dropped;
+  omitted += dropped;
+}
+
 nlohmann::json to_json(const Envelope& e) {
   nlohmann::json j;
   j["id"] = e.id;
@@ -72,6 +116,9 @@ nlohmann::json to_json(const Envelope& e) {
   j["answer_partial"] = e.answer_partial;
   j["tools_used"] = e.tools_used;
   j["tools_denied"] = e.tools_denied;
+  j["denials"] = nlohmann::json::array();
+  for (const auto& d : e.denials.listed) j["denials"].push_back(to_json(d));
+  j["denials_omitted"] = e.denials.omitted;
   j["usage"] = to_json(e.usage);
   j["cost_usd"] = e.cost_usd ? nlohmann::json(*e.cost_usd) : nlohmann::json(nullptr);
   j["steps"] = e.steps;

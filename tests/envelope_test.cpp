@@ -51,7 +51,7 @@ TEST_CASE("envelope JSON carries every documented field") {
   auto j = to_json(e);
   for (const char* k : {"id", "preset", "description", "status", "budget", "reason", "summary", "summary_truncated",
                         "summary_bytes", "answer", "answer_truncated", "answer_bytes", "tools_used", "tools_denied",
-                        "usage", "steps", "tool_calls", "duration_ms", "exit", "transcript", "sandbox"})
+                        "denials", "denials_omitted", "usage", "steps", "tool_calls", "duration_ms", "exit", "transcript", "sandbox"})
     CHECK_MESSAGE(j.contains(k), k);
   CHECK(j["status"] == "budget_exhausted");
   CHECK(j["budget"] == "steps");
@@ -61,6 +61,8 @@ TEST_CASE("envelope JSON carries every documented field") {
   CHECK(j["exit"]["signal"] == "SIGKILL");
   CHECK(j["exit"]["code"].is_null());
   CHECK(j["transcript"].is_null());
+  CHECK(j["denials"] == nlohmann::json::array());
+  CHECK(j["denials_omitted"] == 0);
 }
 
 TEST_CASE("statuses map to distinct exit codes and names round-trip") {

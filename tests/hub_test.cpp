@@ -151,17 +151,27 @@ TEST_CASE("approvals: answered, denied, timed out, and no approver") {
                                    std::chrono::seconds(5));
   CHECK_FALSE(wrote2);
   CHECK(e2.tools_denied == 1);
+  REQUIRE(e2.denials.listed.size() == 1);
+  CHECK(e2.denials.listed[0].tool == "run_command");
+  CHECK(e2.denials.listed[0].rule == "ask: declined by parent");
+  CHECK(e2.denials.listed[0].reason.find("; no") != std::string::npos);
+  CHECK(e1.denials.total() == 0);
 
   auto [e3, wrote3, r3] = run_with([](const ApprovalRequest&, ApprovalReply) { /* never answers */ },
                                    std::chrono::milliseconds(300));
   CHECK_FALSE(wrote3);
   CHECK(e3.tools_denied == 1);
+  REQUIRE(e3.denials.listed.size() == 1);
+  CHECK(e3.denials.listed[0].rule == "ask: approval timed out");
+  CHECK(e3.denials.listed[0].reason.find("no answer within 300 ms") != std::string::npos);
   CHECK(e3.status == Status::completed);
 
   auto start = std::chrono::steady_clock::now();
   auto [e4, wrote4, r4] = run_with(nullptr, std::chrono::seconds(60));
   CHECK_FALSE(wrote4);
   CHECK(r4.find("no approver is attached") != std::string::npos);
+  REQUIRE(e4.denials.listed.size() == 1);
+  CHECK(e4.denials.listed[0].rule == "ask: no approver");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));  // never parked for the 60 s timeout
 }
 

@@ -133,6 +133,10 @@ TEST_CASE("serve: without an approver, an ask is denied at once") {
   json result = s.reply(2);
   CHECK(result["envelope"]["status"] == "completed");
   CHECK(result["envelope"]["tools_denied"] == 1);
+  REQUIRE(result["envelope"]["denials"].size() == 1);
+  CHECK(result["envelope"]["denials"][0]["tool"] == "run_command");
+  CHECK(result["envelope"]["denials"][0]["rule"] == "ask: no approver");
+  CHECK(result["envelope"]["denials_omitted"] == 0);
   CHECK_FALSE(std::filesystem::exists(ws.path() / "out.txt"));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
 }

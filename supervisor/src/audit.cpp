@@ -32,7 +32,7 @@ AuditLog::~AuditLog() {
 }
 
 bool AuditLog::audited(std::string_view event) noexcept {
-  return event == "spawn" || event == "tool_decision" || event == "approval" || event == "budget" ||
+  return event == "spawn" || event == "tool_decision" || event == "approval" || event == "denial" || event == "budget" ||
          event == "kill" || event == "cancel" || event == "failure" || event == "envelope";
 }
 

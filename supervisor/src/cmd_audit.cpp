@@ -24,14 +24,14 @@ namespace {
 constexpr const char* kAuditHelp = R"(usage: subagent-supervisor audit [filters] [--children | --json] [--file FILE]
        subagent-supervisor audit --conversation ID [--json] [--transcript-dir DIR]
 
-Reads the audit log (one JSON line per spawn, tool decision, approval, budget event, kill and
-envelope) and prints the lines that match every filter given.
+Reads the audit log (one JSON line per spawn, tool decision, approval, denial, budget event, kill
+and envelope) and prints the lines that match every filter given.
 
 Filters:
   --child ID         events of one child (a unique prefix of the id is enough)
   --tool NAME        tool decisions and approvals for one tool, e.g. run_command
   --decision D       tool decisions that were allow, deny or ask
-  --event KIND       spawn | tool_decision | approval | budget | kill | cancel | failure | envelope
+  --event KIND       spawn | tool_decision | approval | denial | budget | kill | cancel | failure | envelope
   --parent NAME      children a given parent asked for
   --preset NAME      children of one preset
 
@@ -97,6 +97,9 @@ std::string describe(const json& l) {
     if (!str("reason").empty()) d += " (" + compact(l["reason"], 120) + ")";
   } else if (kind == "approval") {
     d = str("tool") + (l.value("allow", false) ? " approved" : " refused");
+    if (!str("reason").empty()) d += " (" + compact(l["reason"], 120) + ")";
+  } else if (kind == "denial") {
+    d = str("tool") + " denied by " + compact(l.value("rule", json("")), 120);
     if (!str("reason").empty()) d += " (" + compact(l["reason"], 120) + ")";
   } else if (kind == "budget") {
     d = str("budget") + " " + str("status") + ": " + str("reason");

@@ -83,7 +83,9 @@ artifacts.patch names the reviewed patch for `subagent-supervisor apply ID`.
 Approvals: when stdin and stderr are a terminal, a tool call the policy marks "ask" is put to you on
 the terminal (y/N); without a terminal nobody can answer, so it is denied at once.
 Progress (steps, tool calls, tokens, elapsed) goes to stderr when stderr is a terminal; the child's
-stderr lines go to stderr prefixed [subagent:<id>].
+stderr lines go to stderr prefixed [subagent:<id>]. Every tool call the supervisor refuses gets one
+line of its own, "subagent-supervisor run: [subagent:<id>] denied TOOL (RULE): REASON" (a child's
+lines never start that way), and is listed in the envelope's denials.
 
 )";
 
@@ -150,6 +152,10 @@ class TerminalApprover {
   std::string line_;
   std::deque<ApprovalReply> waiting_;
 };
+
+// Lines `run` prints for refused tool calls before it only counts them (a child that keeps asking
+// while it wraps up must not flood the terminal).
+constexpr std::uint64_t kMaxDenialLines = 256;
 
 std::string human(std::uint64_t n) {
   char buf[32];
@@ -292,6 +298,23 @@ int cmd_run(Args args) {
     if (progress_shown) std::fputs("\r\033[K", stderr);
     progress_shown = false;
     std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str());  // already escaped, tty or not
+  };
+  // Every refused tool call gets one line, printed by the supervisor itself. Its "subagent-supervisor
+  // run:" marker is one no relayed child line can carry: each of those starts "[subagent:ID] ", is cut
+  // at its newline and has its carriage returns escaped, so a child can only ever print the same words
+  // after its own prefix. Tool names and reasons are the model's text: escaped, tty or not.
+  std::uint64_t denial_lines = 0;
+  hc.on_event = [&](const nlohmann::json& ev) {
+    if (!ev.is_object() || ev.value("event", "") != "denial") return;
+    if (++denial_lines > kMaxDenialLines) return;
+    if (progress_shown) std::fputs("\r\033[K", stderr);
+    progress_shown = false;
+    auto field = [&](const char* k) { return escape_for_terminal(ev.value(k, std::string()), false); };
+    std::fprintf(stderr, "subagent-supervisor run: [subagent:%s] denied %s (%s): %s\n", field("child").c_str(),
+                 field("tool").c_str(), field("rule").c_str(), field("reason").c_str());
+    if (denial_lines == kMaxDenialLines)
+      std::fprintf(stderr, "subagent-supervisor run: [subagent:%s] (more denials are not shown; the envelope's "
+                           "tools_denied counts them all)\n", field("child").c_str());
   };
   hc.on_waiting = [&](const std::string& id, const std::string& why) {
     if (quiet) return;

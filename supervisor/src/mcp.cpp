@@ -119,6 +119,23 @@ json child_id_schema(const char* what) {
 const char* const kStatuses[] = {"completed", "budget_exhausted", "timeout", "cancelled", "failed", "protocol_error"};
 const char* const kStates[] = {"queued", "waiting_for_lock", "running", "done"};
 
+// The envelope's "denials": the first refused tool calls (protocol/README.md, "Result envelope").
+json denials_schema() {
+  return {{"type", "array"},
+          {"maxItems", protocol::kMaxDenials},
+          {"description", "tool calls the supervisor refused, first ones first; the rest are counted in "
+                          "denials_omitted (tools_denied = listed + omitted)"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"tool", {{"type", "string"}}},
+              {"rule", {{"type", "string"}, {"description", "what refused it: tools.deny, tools.rules[N] {...}, "
+                                                             "blocked, not offered, wrap-up, ask: no approver, "
+                                                             "ask: declined by parent, ask: approval timed out"}}},
+              {"reason", {{"type", "string"}}}}},
+            {"required", {"tool", "rule", "reason"}}}}};
+}
+
 json envelope_schema() {
   return {{"type", "object"},
           {"description", "The child's result envelope (protocol/README.md, \"Result envelope\")."},
@@ -129,6 +146,9 @@ json envelope_schema() {
             {"reason", {{"type", "string"}}},
             {"summary", {{"type", "string"}}},
             {"answer", {{"type", "string"}}},
+            {"tools_denied", {{"type", "integer"}, {"minimum", 0}}},
+            {"denials", denials_schema()},
+            {"denials_omitted", {{"type", "integer"}, {"minimum", 0}}},
             {"transcript", {{"anyOf", {{{"type", "string"}}, {{"type", "null"}}}}}}}},
           {"required", {"id", "preset", "status", "reason"}}};
 }
@@ -232,7 +252,9 @@ json tool_definitions(const std::vector<Preset>& presets) {
        {{"type", "object"},
         {"description", "The envelope when the child ran to the end; {child_id, state} for a background spawn."},
         {"properties", {{"child_id", {{"type", "string"}}}, {"state", {{"type", "string"}, {"enum", kStates}}},
-                        {"id", {{"type", "string"}}}, {"status", {{"type", "string"}, {"enum", kStatuses}}}}}}},
+                        {"id", {{"type", "string"}}}, {"status", {{"type", "string"}, {"enum", kStatuses}}},
+                        {"tools_denied", {{"type", "integer"}, {"minimum", 0}}}, {"denials", denials_schema()},
+                        {"denials_omitted", {{"type", "integer"}, {"minimum", 0}}}}}}},
       {"annotations", annotations("Delegate to a sandboxed subagent", false, any_writer || any_patch, false, true)}};
 
   json list = {{"name", "agent_list"},

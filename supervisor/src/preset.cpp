@@ -521,14 +521,19 @@ Decision widest_decision(const Preset& p, const std::string& tool) {
   return best;
 }
 
-Decision decide(const Preset& p, const std::string& tool, const json& args, std::string& why) {
+Decision decide(const Preset& p, const std::string& tool, const json& args, std::string& why, std::string* rule) {
+  auto named = [&](std::string r) {
+    if (rule) *rule = std::move(r);
+  };
   auto in = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), tool) != v.end(); };
   if (in(p.blocked)) {
     why = "'" + tool + "' is a parent-only capability (policy " + p.name + ": blocked)";
+    named("blocked");
     return Decision::deny;
   }
   if (in(p.deny)) {
     why = "policy " + p.name + ": tools.deny lists '" + tool + "'";
+    named("tools.deny");
     return Decision::deny;
   }
   // Rules run in file order; a deny rule always wins over an allow/ask rule that also matches.
@@ -540,18 +545,22 @@ Decision decide(const Preset& p, const std::string& tool, const json& args, std:
       ruled = r.decision;
       why = "policy " + p.name + ": tools.rules[" + std::to_string(i) + "] (" + r.when.dump() + ") says " +
             to_string(r.decision);
+      named("tools.rules[" + std::to_string(i) + "] " + r.when.dump());
     }
   }
   if (ruled) return *ruled;
   if (in(p.allow)) {
     why = "policy " + p.name + ": tools.allow lists '" + tool + "'";
+    named("tools.allow");
     return Decision::allow;
   }
   if (in(p.ask)) {
     why = "policy " + p.name + ": tools.ask lists '" + tool + "'";
+    named("tools.ask");
     return Decision::ask;
   }
   why = "policy " + p.name + " does not list tool '" + tool + "'";
+  named("not offered");
   return Decision::deny;
 }
 

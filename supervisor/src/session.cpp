@@ -580,23 +580,33 @@ void ChildSession::handle(const proto::ToolRequest& m) {
                   "tool-call budget exhausted (" + std::to_string(tool_calls_) + " of " +
                       std::to_string(cfg_.budgets.max_tool_calls) + ")");
   if (state_ == State::wrapping_up) {
-    ++tools_denied_;
     emit({{"event", "tool_decision"}, {"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}});
-    send(proto::ToolDecision{m.id, false, "the supervisor asked you to wrap up (" + reason_ + "); no more tools"});
+    const std::string told = "the supervisor asked you to wrap up (" + reason_ + "); no more tools";
+    deny_tool(m, "wrap-up", told, told);
     return;
   }
   decide_tool(m);
 }
 
+void ChildSession::deny_tool(const proto::ToolRequest& req, const std::string& rule, const std::string& reason,
+                             const std::string& told) {
+  ++tools_denied_;
+  proto::Denial d = proto::capped_denial(proto::Denial{req.tool, rule, reason});
+  emit({{"event", "denial"}, {"id", req.id}, {"tool", d.tool}, {"rule", d.rule}, {"reason", d.reason}});
+  denials_.add(std::move(d));
+  send(proto::ToolDecision{req.id, false, told});
+}
+
 void ChildSession::decide_tool(const proto::ToolRequest& m) {
-  std::string why;
-  Decision d = decide(*cfg_.preset, m.tool, m.args, why);
+  std::string why, rule;
+  Decision d = decide(*cfg_.preset, m.tool, m.args, why, &rule);
   auto record = [&](const char* decision, const std::string& reason) {
     emit({{"event", "tool_decision"},
           {"id", m.id},
           {"tool", m.tool},
           {"args", m.args},
           {"decision", decision},
+          {"rule", rule},
           {"reason", reason}});
   };
   auto allow = [this](const proto::ToolRequest& req, const std::string& reason) {
@@ -624,11 +634,6 @@ void ChildSession::decide_tool(const proto::ToolRequest& m) {
     }
     report_progress();
   };
-  auto deny = [this](const proto::ToolRequest& req, const std::string& reason) {
-    ++tools_denied_;
-    send(proto::ToolDecision{req.id, false, reason});
-  };
-
   if (d == Decision::allow) {
     record("allow", why);
     allow(m, why);
@@ -636,33 +641,41 @@ void ChildSession::decide_tool(const proto::ToolRequest& m) {
   }
   if (d == Decision::deny) {
     record("deny", why);
-    deny(m, why);
+    deny_tool(m, rule, why, why);
     return;
   }
   // ask
   if (!cfg_.approver) {
     std::string reason = why + ", and no approver is attached, so it is denied";
     record("deny", reason);
-    deny(m, reason);
+    deny_tool(m, "ask: no approver", why, reason);
     return;
   }
   record("ask", why);
   ++approvals_pending_;
   auto answered = std::make_shared<bool>(false);
+  auto timed_out = std::make_shared<bool>(false);
   auto timer = std::make_shared<asio::steady_timer>(io_, cfg_.approval_timeout);
-  auto reply = [self = shared_from_this(), m, answered, timer, allow, deny](bool ok, std::string reason) {
+  auto reply = [self = shared_from_this(), m, why, answered, timed_out, timer, allow](bool ok, std::string reason) {
     if (*answered) return;
     *answered = true;
     timer->cancel();
     --self->approvals_pending_;
     if (self->state_ == State::finishing || self->state_ == State::done) return;
     self->emit({{"event", "approval"}, {"id", m.id}, {"tool", m.tool}, {"allow", ok}, {"reason", reason}});
-    if (self->state_ == State::wrapping_up) ok = false, reason = "the child is wrapping up";
+    if (self->state_ == State::wrapping_up) {
+      self->deny_tool(m, "wrap-up", why + "; the child is wrapping up", "approval denied: the child is wrapping up");
+      return;
+    }
     if (ok) allow(m, "approved: " + reason);
-    else deny(m, "approval denied: " + reason);
+    else
+      self->deny_tool(m, *timed_out ? "ask: approval timed out" : "ask: declined by parent", why + "; " + reason,
+                      "approval denied: " + reason);
   };
-  timer->async_wait([reply, ms = cfg_.approval_timeout.count()](boost::system::error_code ec) {
-    if (!ec) reply(false, "no answer within " + std::to_string(ms) + " ms");
+  timer->async_wait([reply, timed_out, ms = cfg_.approval_timeout.count()](boost::system::error_code ec) {
+    if (ec) return;
+    *timed_out = true;
+    reply(false, "no answer within " + std::to_string(ms) + " ms");
   });
   cfg_.approver(ApprovalRequest{cfg_.id, cfg_.preset->name, cfg_.description, m.tool, m.args, why}, reply);
 }
@@ -943,6 +956,7 @@ void ChildSession::finish() {
   if (price_) e.cost_usd = cost_usd_;
   e.tools_used = tools_used_;
   e.tools_denied = tools_denied_;
+  e.denials = denials_;
   e.usage = usage_;
   e.steps = steps_;
   e.tool_calls = tool_calls_;

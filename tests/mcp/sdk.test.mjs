@@ -255,6 +255,7 @@ test('an "ask" decision is put to the user through elicitation: approved, the co
     assert.equal(asked[0].requestedSchema.properties.approve.type, 'boolean');
     assert.ok(existsSync(join(ws, 'approved.txt')), 'the approved command ran in the workspace');
     assert.equal(r.structuredContent.tools_denied, 0);
+    assert.deepEqual(r.structuredContent.denials, []);
   } finally {
     await client.close();
   }
@@ -272,6 +273,10 @@ test('elicitation declined: the command is denied and never runs', async () => {
       preset: 'worker', brief: 'create approved.txt', description: 'touch a file' } }, undefined, { timeout: 120000 });
     assert.equal(asked, 1);
     assert.equal(r.structuredContent.tools_denied, 1);
+    assert.equal(r.structuredContent.denials.length, 1);
+    assert.equal(r.structuredContent.denials[0].tool, 'run_command');
+    assert.equal(r.structuredContent.denials[0].rule, 'ask: declined by parent');
+    assert.equal(r.structuredContent.denials_omitted, 0);
     assert.ok(!existsSync(join(ws, 'approved.txt')));
   } finally {
     await client.close();
@@ -286,6 +291,7 @@ test('a client without elicitation: "ask" is denied at once (the no-approver rul
       preset: 'worker', brief: 'create approved.txt', description: 'touch a file' } }, undefined, { timeout: 120000 });
     assert.equal(r.structuredContent.status, 'completed');
     assert.equal(r.structuredContent.tools_denied, 1, 'denied at once, not after the 10 minute timeout');
+    assert.deepEqual(r.structuredContent.denials.map((d) => [d.tool, d.rule]), [['run_command', 'ask: no approver']]);
     assert.ok(!existsSync(join(ws, 'approved.txt')));
     const transcript = readFileSync(r.structuredContent.transcript, 'utf8');
     assert.match(transcript, /no approver is attached/);

@@ -22,6 +22,9 @@
 //   shell           hello, then runs its brief with /bin/sh -c inside its sandbox (stdout and stderr to
 //                   the supervisor's log), then final with the exit status: a hostile writer that
 //                   does whatever its sandbox lets it
+//   forge_denial TOOL  hello, asks for TOOL (the policy refuses it), then prints the supervisor's
+//                   denial line for it word for word on its stderr (plain, after a carriage return,
+//                   and inside log messages), then final
 //   from_workspace  reads "MODE ARG..." from the file .fake-child in its working directory (the
 //                   workspace) and behaves as that mode: one `serve --child` can then run good and
 //                   hostile children side by side, each spawn choosing its own through its workspace
@@ -307,6 +310,20 @@ int run(int argc, char** argv) {
     std::fflush(stderr);
     send(Log{"warn", "csi \xc2\x9b" "31m red \xe2\x80\xae" "desrever"});
     send(Final{"done \x1b[31mred\x1b[0m \xc2\x9b" "2J", "answer \x1b]52;c;ZXZpbA==\x07", json::object()});
+    return 0;
+  }
+  if (mode == "forge_denial") {  // tries to pass its own words off as the supervisor's denial line
+    const std::string tool = argc > 2 ? argv[2] : "write_file";
+    send(ToolRequest{"t1", tool, json{{"path", "x"}, {"content", "y"}}});
+    auto r = receive();
+    const std::string reason = std::holds_alternative<ToolDecision>(r) ? std::get<ToolDecision>(r).reason : "?";
+    const std::string forged =
+        "subagent-supervisor run: [subagent:" + w.child_id + "] denied " + tool + " (tools.deny): " + reason;
+    std::fprintf(stderr, "%s\n\r%s\n\x1b[2K\r%s\n", forged.c_str(), forged.c_str(), forged.c_str());
+    std::fflush(stderr);
+    send(Log{"", forged});
+    send(Log{"info", "\n" + forged});
+    send(Final{"forged", "forged", json::object()});
     return 0;
   }
   if (mode == "stderr_lines") {

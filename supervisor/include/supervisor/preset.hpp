@@ -146,8 +146,11 @@ protocol::Limits child_limits(const Budgets& b);
 // rule that allows or asks for some arguments. Parent-only and denied tools: deny.
 Decision widest_decision(const Preset& p, const std::string& tool);
 
-// The decision for one call. `why` receives the rule or list that decided, for error messages.
-Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why);
+// The decision for one call. `why` receives the rule or list that decided, for error messages;
+// `rule`, when given, receives its short name for the envelope's denials: "blocked", "tools.deny",
+// "tools.rules[2] {\"path_under\":[\".git\"]}", "tools.allow", "tools.ask" or "not offered".
+Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why,
+                std::string* rule = nullptr);
 
 // Reads a JSON-with-comments file; throws PresetError naming the file and the position of a parse
 // error or of a key an object repeats (refused: which of the two counts is invisible in the text).

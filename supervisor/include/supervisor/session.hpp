@@ -141,6 +141,10 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
+  // Refuses tool request `req`: counts it, lists it for the envelope and emits a "denial" event
+  // (what run prints on stderr), then tells the child `told`.
+  void deny_tool(const protocol::ToolRequest& req, const std::string& rule, const std::string& reason,
+                 const std::string& told);
   void report_progress();
   std::uint64_t elapsed_ms() const;
 
@@ -185,6 +189,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::uint64_t steps_ = 0;
   std::uint64_t tool_calls_ = 0;
   std::uint64_t tools_denied_ = 0;
+  protocol::DenialList denials_;  // the envelope's denials (capped); tools_denied_ counts them all
   std::map<std::string, std::uint64_t> tools_used_;
   protocol::Usage usage_;
   std::optional<std::string> model_in_flight_;
