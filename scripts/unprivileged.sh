@@ -16,7 +16,7 @@ tests=("$@")
 if ((${#tests[@]} == 0)); then
   tests=(sandbox_launch_test sandbox_landlock_test sandbox_seccomp_test sandbox_rlimits_test
          sandbox_protect_test sandbox_policy_test sandbox_hostile_test sandbox_rootfs_test
-         run_cli_test)
+         run_cli_test sandbox_cli_test)
 fi
 
 work=$(mktemp -d /tmp/subagent-unprivileged-XXXXXX)
