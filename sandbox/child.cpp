@@ -173,7 +173,7 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
         // else the ones it has now (ids of its own user namespace, read by the kernel there).
         const unsigned uid = plan.identity ? plan.inner_uid : ::geteuid();
         const unsigned gid = plan.identity ? plan.inner_gid : ::getegid();
-        int home = sys::make_home_tmpfs(uid, gid, !plan.home_writable);
+        int home = sys::make_home_tmpfs(uid, gid, plan.home_writable ? plan.home_size : nullptr);
         if (home < 0 || sys::move_mount_fd(home, root, path) != 0) fail(status_fd, Step::kHomeMount, errno);
         ::close(home);
         break;
@@ -221,16 +221,17 @@ constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
 // process that ends up as its child, and leaves with the target's status. Runs under its own
 // filter (plan.init_bpf), through raw syscalls only.
 [[noreturn]] void run_init(const Plan& plan, pid_t target, const sigset_t& waited, int status_fd) noexcept {
-  // The target holds the other copy of the status pipe: the parent sees EOF once it has exec'd.
-  ::close(status_fd);
-  for (int fd = 0; fd < 3; ++fd) ::close(fd);
   struct sock_fprog prog;
   prog.len = static_cast<unsigned short>(plan.init_bpf.size());
   prog.filter = const_cast<sock_filter*>(plan.init_bpf.data());
   if (sys::seccomp_set_filter(&prog) != 0) {
+    const int err = errno;
     ::syscall(SYS_kill, target, SIGKILL);
-    ::syscall(SYS_exit_group, kExitStepFailed);
+    fail(status_fd, Step::kInit, err);  // before the parent can see EOF: the launch fails
   }
+  // The target holds the other copy of the status pipe: the parent sees EOF once it has exec'd.
+  ::syscall(SYS_close, status_fd);
+  for (int fd = 0; fd < 3; ++fd) ::syscall(SYS_close, fd);
   for (;;) {
     siginfo_t info;
     long sig = ::syscall(SYS_rt_sigtimedwait, &waited, &info, nullptr, NSIG / 8);

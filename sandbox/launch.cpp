@@ -379,7 +379,7 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   plan->dumpable_for_maps = plan->user_ns && !root;
   plan->have_setpcap = plan->user_ns || has_cap_setpcap();
   plan->loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
-  const RootLayers root_layers = plan_root_and_identity(
+  RootLayers root_layers = plan_root_and_identity(
       *plan, {paths.read, paths.write, paths.execute, sub.workspace, home_named, home_write}, root);
 
   // Protected paths inside write roots: Landlock rights only add up, so they are bind-mounted
@@ -428,6 +428,15 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   // Limits over the whole tree: processes (RLIMIT_NPROC binds any uid but 0; root gets a pids
   // cgroup), memory and CPU (cgroups; sandbox/cgroup.hpp).
   std::vector<LayerStatus> tree_layers = plan_tree_limits(policy, &plan->cgroups);
+  if (plan->private_home && plan->home_writable) {
+    // A tmpfs's pages are no process's address space: only the memory cap counts them.
+    const bool capped = std::any_of(tree_layers.begin(), tree_layers.end(),
+                                    [](const LayerStatus& l) { return l.name == "memory_cap" && l.applied; });
+    plan->home_size = capped ? "256m" : "64m";
+    root_layers.read_only_host.detail +=
+        capped ? " (at most 256 MiB, counted in the memory cap)"
+               : " (at most 64 MiB: without the memory cap nothing else would count it)";
+  }
 
   auto ns_layer = [&](const char* layer, const char* name, unsigned long flag, std::string how) {
     if (flags & flag) return LayerStatus{layer, true, std::move(how)};

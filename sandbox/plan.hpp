@@ -132,6 +132,7 @@ class Plan {
   // child's uid, gone with its mount namespace. home_access is its Landlock rule (0: no Landlock).
   bool private_home = false;
   bool home_writable = false;
+  const char* home_size = "256m";  // tmpfs size= when writable: smaller without a memory cap
   std::uint64_t home_access = 0;
 
   // Identity (root supervisor with a user namespace): the child's uid/gid inside its namespace are

@@ -187,8 +187,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
     plan.private_home = true;
     plan.home_writable = paths.home_writable;
     home_detail = "; " + home + ": a private empty tmpfs, " +
-                  (paths.home_writable ? "writable (256 MiB, charged to the child's memory)"
-                                       : "read-only") +
+                  (paths.home_writable ? "writable" : "read-only") +
                   ", gone when the child ends";
   }
 

@@ -303,12 +303,13 @@ std::vector<sock_filter> compile_seccomp(const Policy& policy) {
 }
 
 // The init's own filter (plan.hpp): what its loop in child.cpp calls, through raw syscalls, and
-// nothing else. It holds a copy of the supervisor's memory for as long as the target runs, so it
+// nothing else (close: its copies of stdio and the status pipe once the filter is in force; write:
+// the status record should that fail). It holds a copy of the supervisor's memory for as long as the target runs, so it
 // may not even open a file.
 std::vector<sock_filter> compile_init_seccomp() {
   static const std::vector<sock_filter> program = [] {
     std::vector<Rule> rules;
-    for (const char* name : {"rt_sigtimedwait", "wait4", "kill", "exit_group", "restart_syscall"})
+    for (const char* name : {"rt_sigtimedwait", "wait4", "kill", "close", "write", "exit_group", "restart_syscall"})
       rules.push_back({name, SCMP_ACT_ALLOW, "allow", {}, "", "init"});
     return export_program(rules);
   }();

@@ -13,7 +13,7 @@ namespace sandbox {
 // BPF program for `policy` on the native architecture. Throws SandboxError.
 std::vector<sock_filter> compile_seccomp(const Policy& policy);
 
-// BPF program of the minimal init (LaunchRequest::init): sigtimedwait, wait4, kill and exit only.
+// BPF program of the minimal init (LaunchRequest::init): sigtimedwait, wait4, kill, close, write and exit.
 std::vector<sock_filter> compile_init_seccomp();
 
 }  // namespace sandbox

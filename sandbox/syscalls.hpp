@@ -206,9 +206,10 @@ inline int make_root_tmpfs() noexcept {
   return mnt;
 }
 // The child's private home: a new, detached tmpfs, mode 0700 and owned by uid:gid (ids of the
-// caller's user namespace), nosuid, nodev, noexec, read-only unless `writable`. Its pages are
-// charged to the memory cgroup of whoever writes them: the child's tree limit holds it.
-inline int make_home_tmpfs(unsigned uid, unsigned gid, bool read_only) noexcept {
+// caller's user namespace), nosuid, nodev, noexec; writable up to `size` ("256m"), read-only when
+// `size` is null. Its pages are charged to the memory cgroup of whoever writes them.
+inline int make_home_tmpfs(unsigned uid, unsigned gid, const char* size) noexcept {
+  const bool read_only = size == nullptr;
   constexpr unsigned kFsopenCloexec = 1, kSetString = 1, kCmdCreate = 6, kFsmountCloexec = 1;
   constexpr unsigned kAttrRdonly = 0x1, kAttrNosuid = 0x2, kAttrNodev = 0x4, kAttrNoexec = 0x8;
   auto decimal = [](unsigned v, char (&out)[12]) noexcept {
@@ -230,7 +231,7 @@ inline int make_home_tmpfs(unsigned uid, unsigned gid, bool read_only) noexcept 
   if (::syscall(SYS_fsconfig, fs, kSetString, "mode", "0700", 0) == 0 &&
       ::syscall(SYS_fsconfig, fs, kSetString, "uid", uid_text, 0) == 0 &&
       ::syscall(SYS_fsconfig, fs, kSetString, "gid", gid_text, 0) == 0 &&
-      ::syscall(SYS_fsconfig, fs, kSetString, "size", read_only ? "64k" : "256m", 0) == 0 &&
+      ::syscall(SYS_fsconfig, fs, kSetString, "size", read_only ? "64k" : size, 0) == 0 &&
       ::syscall(SYS_fsconfig, fs, kSetString, "nr_inodes", read_only ? "16" : "16384", 0) == 0 &&
       ::syscall(SYS_fsconfig, fs, kCmdCreate, nullptr, nullptr, 0) == 0)
     mnt = static_cast<int>(::syscall(SYS_fsmount, fs, kFsmountCloexec,

@@ -183,16 +183,23 @@ for from in installed build; do
   a=$alone/subagent-supervisor
   if expect_status 125 alone-$from-demo -- demo alone-$from-demo "$a"; then
     for t in "$a looks for the files installed with it" "$work/libexec/subagent-supervisor/subagent-child (missing)" \
-             "$alone/subagent-child (missing)" "$work/share/subagent-supervisor/policies/ (missing)" \
+             "$work/share/subagent-supervisor/policies/ (missing)" \
              "cmake --install" "--child PATH" "--policy-dir DIR"; do
       expect_text alone-$from-demo err "$t"
     done
+    if grep -qF "$alone/subagent-child" "$work/alone-$from-demo.err"; then
+      fail "alone-$from-demo: a copied binary looks for a child beside itself (only the build tree's does)"
+    fi
     if grep -qF "$src/policies" "$work/alone-$from-demo.err"; then
       fail "alone-$from-demo: a copied binary offers the checkout's policies"
     fi
   fi
   expect_status 125 alone-$from-explain -- "$a" policy explain explore && expect_text alone-$from-explain err "no presets"
   expect_status 125 alone-$from-mcp -- "$a" mcp --policy-dir "$policies" --model "replay:$replay" && expect_text alone-$from-mcp err "no child program"
+  # A stray child beside a copied or installed binary is not picked up either.
+  cp "$prefix/libexec/subagent-supervisor/subagent-child" "$alone/"
+  expect_status 125 alone-$from-stray -- "$a" mcp --policy-dir "$policies" --model "replay:$replay" && expect_text alone-$from-stray err "no child program"
+  rm -f "$alone/subagent-child"
   # ... and works when told where its child and presets are.
   if expect_status 0 alone-$from-flags -- demo alone-$from-flags "$a" \
        --child "$prefix/libexec/subagent-supervisor/subagent-child" --policy-dir "$policies"; then

@@ -111,6 +111,31 @@ test::RunResult piped(const std::vector<std::string>& argv) {
   return result;
 }
 
+// Runs argv with stdout and stderr on one regular file (`> f 2>&1`), and SIGCHLD ignored when
+// `ignore_sigchld` (an ignored disposition survives exec); returns the exit code and the file.
+test::RunResult one_file(const std::vector<std::string>& argv, bool ignore_sigchld = false) {
+  test::TempDir io;
+  const std::string path = (io.path() / "both").string();
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int f = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::dup2(f, 1);
+    ::dup2(f, 2);
+    if (ignore_sigchld) ::signal(SIGCHLD, SIG_IGN);
+    ::alarm(60);
+    test::exec_in("/", argv);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  test::RunResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = test::slurp(path);
+  return r;
+}
+
 // Copies of the shipped presets with one text replaced in one of them.
 class EditedPolicies {
  public:
@@ -165,6 +190,22 @@ TEST_CASE("stdout and stderr redirected to files reach them under every preset, 
   CHECK(big.out.size() == 3000000);
   // The command's status survives the relay.
   CHECK(test::run(sandbox("explore", ws.path(), sh("echo partial; exit 9"))).code == 9);
+  // `> f 2>&1`: one file, one pipe, the lines in the order they were written.
+  const std::string interleaved = "echo out1; echo err1 >&2; echo out2; echo err2 >&2; echo out3";
+  for (int i = 0; i < 3; ++i) {
+    auto both = one_file(sandbox("explore", ws.path(), sh(interleaved)));
+    CHECK(both.code == 0);
+    CHECK(both.out == "out1\nerr1\nout2\nerr2\nout3\n");
+  }
+}
+
+TEST_CASE("the command's status is not lost when the supervisor inherits an ignored SIGCHLD") {
+  test::TempDir ws;
+  auto r = one_file(sandbox("worker", ws.path(), sh("echo ran; exit 7")), true);
+  CHECK(r.code == 7);
+  CHECK(r.out == "ran\n");
+  // The twin: the same with SIGCHLD as it normally is.
+  CHECK(one_file(sandbox("worker", ws.path(), sh("echo ran; exit 7"))).code == 7);
 }
 
 TEST_CASE("the file-size limit still binds the files the command opens itself") {
@@ -275,6 +316,12 @@ TEST_CASE("HOME is private: not the workspace, empty at every run, writable for 
     CAPTURE(preset);
     auto r = test::run(sandbox(preset, ws.path(), sh("echo $HOME; echo hi > \"$HOME/x\" && echo wrote || echo refused")));
     CHECK(r.out == "/home/subagent\nrefused\n");
+    // Refused by the mount itself, not by Landlock alone: it is read-only (and noexec).
+    auto mounts = test::run(sandbox(preset, ws.path(),
+                                    sh("while read -r l; do case \"$l\" in *' /home/subagent '*) echo \"$l\";; esac; "
+                                       "done < /proc/self/mountinfo")));
+    CHECK(mounts.out.find(" /home/subagent ro,") != std::string::npos);
+    CHECK(mounts.out.find("noexec") != std::string::npos);
   }
   // The twin: a policy that makes the workspace HOME gets the history file in the workspace.
   EditedPolicies home_is_ws("worker", "\"HOME\": \"${home}\"", "\"HOME\": \"${workspace}\"");

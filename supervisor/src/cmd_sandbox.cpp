@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,28 +47,40 @@ Layers the kernel lacks are listed on stderr; a layer the policy marks required 
 
 )";
 
-pid_t g_child = -1;
-bool g_init = true;              // the sandbox has the minimal init (no --as-pid-1)
-volatile sig_atomic_t g_signals = 0;
+volatile sig_atomic_t g_child = -1;  // the init (or CMD as PID 1); -1 before launch and once it has ended
+bool g_init = true;                   // the sandbox has the minimal init (no --as-pid-1)
+volatile sig_atomic_t g_signals = 0;  // SIGINT, SIGTERM and SIGHUP seen so far
+volatile sig_atomic_t g_pending = 0;  // a signal that came before the launch returned
 
 // SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are passed on every time (to the init, which gives them to
 // CMD, or to CMD as PID 1). With the init the first SIGINT, SIGTERM or SIGHUP is passed on too and
 // a second one kills the sandbox. Without it CMD is PID 1 of its PID namespace, which ignores every
 // signal it has no handler for except SIGKILL: interrupting the supervisor ends it for sure.
+// Before the launch has returned a signal is kept for then; a second SIGINT, SIGTERM or SIGHUP in
+// that time (a launch stuck in exec on a hung file system) ends this process, and the half-made
+// sandbox dies with it (its parent-death signal).
 void forward_signal(int sig) {
-  if (g_child <= 0) return;
   const bool ending = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+  const pid_t child = g_child;
+  if (child <= 0) {
+    if (ending && g_pending != 0) {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+    }
+    g_pending = sig;
+    return;
+  }
   if (!ending) {
-    ::kill(g_child, sig);
+    ::kill(child, sig);
     return;
   }
   if (g_init && g_signals == 0) {
     g_signals = 1;
-    ::kill(g_child, sig);
+    ::kill(child, sig);
     return;
   }
-  ::kill(-g_child, SIGKILL);
-  ::kill(g_child, SIGKILL);
+  ::kill(-child, SIGKILL);
+  ::kill(child, SIGKILL);
 }
 
 // A regular file as stdout or stderr would be written by CMD itself, under RLIMIT_FSIZE; a pipe
@@ -104,12 +117,15 @@ void copy_available(Relay& r) {
   }
 }
 
-// Copies until CMD has ended and the pipes are drained; returns its wait status. After CMD ends
-// the rest of its tree is killed; a pipe some process outside the PID namespace still holds open
-// is given up after a grace period.
+// Copies until CMD has ended and the pipes are drained, and reaps it: its wait status, or -1 when
+// waiting failed. When it ends the rest of its tree is killed (before the reap, while the process
+// group's number is still its own); a pipe something outside the PID namespace still holds open is
+// given up a second later.
 int relay_and_wait(const sandbox::Child& child, std::vector<Relay>& relays) {
+  using clock = std::chrono::steady_clock;
   int status = 0;
   bool reaped = false;
+  clock::time_point give_up{};
   for (;;) {
     std::vector<pollfd> fds;
     fds.push_back({reaped ? -1 : child.pidfd, POLLIN, 0});
@@ -117,17 +133,29 @@ int relay_and_wait(const sandbox::Child& child, std::vector<Relay>& relays) {
     bool open = false;
     for (const Relay& r : relays) open |= r.from >= 0;
     if (reaped && !open) return status;
-    int n = ::poll(fds.data(), fds.size(), reaped ? 1000 : -1);
+    int timeout = -1;
+    if (reaped) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - clock::now()).count();
+      if (left <= 0) return status;
+      timeout = static_cast<int>(left);
+    }
+    int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-    if (n == 0) return status;  // reaped, and a pipe is still held open after a second
     for (std::size_t i = 0; i < relays.size(); ++i)
       if (relays[i].from >= 0 && fds[i + 1].revents != 0) copy_available(relays[i]);
     if (!reaped && fds[0].revents != 0) {
-      while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+      g_child = -1;                 // no signal goes to this pid number once it may be reused
+      ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
+      int rc;
+      while ((rc = ::waitpid(child.pid, &status, 0)) < 0 && errno == EINTR) {
+      }
+      if (rc < 0) {
+        std::fprintf(stderr, "subagent-supervisor sandbox: waiting for the command failed: %s\n", std::strerror(errno));
+        status = -1;
       }
       reaped = true;
-      ::kill(-child.pid, SIGKILL);  // nothing the command left behind outlives it
+      give_up = clock::now() + std::chrono::seconds(1);
     }
   }
 }
@@ -213,16 +241,24 @@ int cmd_sandbox(Args args) {
   // file gets a pipe in its place, copied here (outside the sandbox, by the user who redirected).
   std::vector<Relay> relays;
   std::vector<int> write_ends;
+  struct stat out_st {}, err_st {};
+  const bool out_file = ::fstat(STDOUT_FILENO, &out_st) == 0 && S_ISREG(out_st.st_mode);
+  const bool err_file = ::fstat(STDERR_FILENO, &err_st) == 0 && S_ISREG(err_st.st_mode);
+  // `> f 2>&1`: one pipe for both, so that their lines keep the order CMD wrote them in.
+  const bool same_file = out_file && err_file && out_st.st_dev == err_st.st_dev && out_st.st_ino == err_st.st_ino;
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (!(fd == STDOUT_FILENO ? out_file : err_file)) continue;
+    if (fd == STDERR_FILENO && same_file) {
+      req.stderr_fd = req.stdout_fd;
+      continue;
+    }
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
       std::fprintf(stderr, "subagent-supervisor sandbox: pipe2: %s\n", std::strerror(errno));
       return kSetupError;
     }
     ::fcntl(p[0], F_SETFL, O_NONBLOCK);
-    relays.push_back({p[0], fd, fd == STDOUT_FILENO ? "stdout" : "stderr"});
+    relays.push_back({p[0], fd, same_file ? "output" : fd == STDOUT_FILENO ? "stdout" : "stderr"});
     write_ends.push_back(p[1]);
     (fd == STDOUT_FILENO ? req.stdout_fd : req.stderr_fd) = p[1];
   }
@@ -243,18 +279,15 @@ int cmd_sandbox(Args args) {
     struct sigaction sa {};
     sa.sa_handler = forward_signal;
     ::sigemptyset(&sa.sa_mask);
-    // Blocked until g_child is known: CMD may run (and be signalled) before launch returns, and a
-    // signal that came in meanwhile is delivered, and passed on, once they are unblocked.
-    sigset_t forwarded;
-    ::sigemptyset(&forwarded);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) {
-      ::sigaction(sig, &sa, nullptr);
-      ::sigaddset(&forwarded, sig);
-    }
-    ::sigprocmask(SIG_BLOCK, &forwarded, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
     child = sandbox::launch(*plan);
+    // CMD may run, and be signalled, before launch returns: a signal kept meanwhile is passed on
+    // now (one that comes after g_child is set is passed on by the handler itself).
     g_child = child.pid;
-    ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
+    if (const int sig = g_pending; sig != 0) {
+      g_pending = 0;
+      forward_signal(sig);
+    }
   } catch (const sandbox::ExecError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return e.error == ENOENT ? kNotFound : kCannotExecute;
@@ -267,15 +300,16 @@ int cmd_sandbox(Args args) {
   bool lost = false;
   try {
     status = relay_and_wait(child, relays);
+    lost = status == -1;
   } catch (const std::exception& e) {
     lost = true;
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    g_child = -1;
     ::kill(-child.pid, SIGKILL);
     ::kill(child.pid, SIGKILL);
     while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
     }
   }
-  ::kill(-child.pid, SIGKILL);
   ::close(child.pidfd);
   sandbox::release(child);
   if (lost) return kSetupError;

@@ -87,8 +87,11 @@ std::string install_layout_report() {
     return "/proc/self/exe cannot be read (is /proc mounted?), so this program cannot find the files installed "
            "with it: pass --child PATH and --policy-dir DIR.";
   std::string r = p.exe.string() + " looks for the files installed with it relative to itself: the child " +
-                  p.installed_child.string() + " (" + found(executable_file(p.installed_child)) + ") or " +
-                  p.sibling_child.string() + " (" + found(executable_file(p.sibling_child)) + "), the presets in " +
+                  p.installed_child.string() + " (" + found(executable_file(p.installed_child)) + ")" +
+                  (p.build_tree ? " or " + p.sibling_child.string() + " (" +
+                                      found(executable_file(p.sibling_child)) + ", the build tree's)"
+                                : std::string()) +
+                  ", the presets in " +
                   p.installed_policies.string() + "/ (" + found(directory(p.installed_policies)) + ")";
   if (p.build_tree) r += std::string(" or ") + SUBAGENT_SOURCE_POLICY_DIR + "/ (the checkout this build came from)";
   r += ". To fix: install with `cmake --install BUILD_DIR --prefix PREFIX`, which puts them in place (README.md, "
@@ -100,7 +103,9 @@ std::string install_layout_report() {
 fs::path default_child_executable() {
   const Places p = places();
   if (executable_file(p.installed_child)) return p.installed_child;
-  if (executable_file(p.sibling_child)) return p.sibling_child;
+  // Beside the executable only in the build tree: an installed binary never picks up a stray copy
+  // left in its bin/ (by an older layout, or by hand) in place of the one installed with it.
+  if (p.build_tree && executable_file(p.sibling_child)) return p.sibling_child;
   throw cli::SetupError("no child program (and no --child given). " + install_layout_report());
 }
 
