@@ -48,6 +48,13 @@ struct Gate {
 
 json call(const std::string& tool, json args) { return {{"name", tool}, {"arguments", std::move(args)}}; }
 json turn(json calls) { return {{"tool_calls", std::move(calls)}}; }
+// turn({call(...)}) with one call: a braced list of one json would copy that json under clang
+// (its object, not an array of it), and make an array under gcc; this overload is an array in both.
+json turn(std::initializer_list<json> calls) {
+  json list = json::array();
+  for (const json& c : calls) list.push_back(c);
+  return turn(std::move(list));
+}
 const json kDone = {{"content", "done"}};
 
 std::vector<std::string> lines_of(const std::string& text) {
