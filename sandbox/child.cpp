@@ -112,6 +112,19 @@ int receive_release(int sync_fd, int* fds, int max_fds, int status_fd) noexcept 
   return count;
 }
 
+// Adds a rule for `path` (a directory made in the child's own root) to the plan's Landlock ruleset.
+void add_own_rule(const Plan& plan, const char* path, std::uint64_t access, Step step, int status_fd) noexcept {
+  if (plan.landlock_fd < 0) return;
+  int dir = ::open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  sys::LandlockPathBeneathAttr rule;
+  std::memset(&rule, 0, sizeof rule);
+  rule.allowed_access = access;
+  rule.parent_fd = dir;
+  if (dir < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
+    fail(status_fd, step, errno);
+  ::close(dir);
+}
+
 // Replaces the host's tree with the new root (see rootfs.hpp): the tmpfs goes over "/", gets the
 // skeleton and the clones, becomes the root through pivot_root, and the host's tree is detached.
 void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcept {
@@ -190,29 +203,12 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
   ro.attr_set = MOUNT_ATTR_RDONLY;
   if (sys::mount_setattr(AT_FDCWD, "/", 0, &ro) != 0) fail(status_fd, Step::kPivotRoot, errno);
   ::close(root);
-  // The new procfs is a file system the supervisor never saw: Landlock's rules cannot name it in
-  // advance, so the child adds the one rule for it (read only) to its own ruleset.
-  if (plan.private_proc && plan.landlock_fd >= 0) {
-    int proc = ::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    sys::LandlockPathBeneathAttr rule;
-    std::memset(&rule, 0, sizeof rule);
-    rule.allowed_access = sys::kFsReadFile | sys::kFsReadDir;
-    rule.parent_fd = proc;
-    if (proc < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
-      fail(status_fd, Step::kProcMount, errno);
-    ::close(proc);
-  }
-  // The same for the private home, with the rights the policy gives "${home}".
-  if (plan.private_home && plan.landlock_fd >= 0 && plan.home_access != 0) {
-    int home = ::open(kHomePath, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    sys::LandlockPathBeneathAttr rule;
-    std::memset(&rule, 0, sizeof rule);
-    rule.allowed_access = plan.home_access;
-    rule.parent_fd = home;
-    if (home < 0 || sys::landlock_add_rule(plan.landlock_fd, sys::kLandlockRulePathBeneath, &rule) != 0)
-      fail(status_fd, Step::kHomeMount, errno);
-    ::close(home);
-  }
+  // The new procfs and the private home are file systems the supervisor never saw: Landlock's
+  // rules cannot name them in advance, so the child adds their rules to its own ruleset (the proc
+  // one read only, the home one with the rights the policy gives "${home}").
+  if (plan.private_proc) add_own_rule(plan, "/proc", sys::kFsReadFile | sys::kFsReadDir, Step::kProcMount, status_fd);
+  if (plan.private_home && plan.home_access != 0)
+    add_own_rule(plan, kHomePath, plan.home_access, Step::kHomeMount, status_fd);
 }
 
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};

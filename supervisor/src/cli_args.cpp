@@ -87,10 +87,4 @@ std::vector<std::string> Args::rest() {
   return out;
 }
 
-std::string executable_dir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : exe.parent_path().string();
-}
-
 }  // namespace supervisor::cli

@@ -65,6 +65,5 @@ int cmd_serve(Args args);
 int cmd_mcp(Args args);
 int cmd_apply(Args args);
 
-std::string executable_dir();
 
 }  // namespace supervisor::cli
