@@ -13,6 +13,7 @@
 #include "serve_driver.hpp"
 #include "supervisor/preset.hpp"
 #include "supervisor/scrub.hpp"
+#include "supervisor/session_records.hpp"
 #include "supervisor/transcript.hpp"
 #include "test_util.hpp"
 

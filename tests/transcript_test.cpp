@@ -1,5 +1,6 @@
 // Transcript store: content and format, atomic writes under SIGKILL, the never-overwrite rule,
 // retention, unwritable and full directories, and planted secrets across a real session.
+#include "supervisor/session_records.hpp"
 #include "supervisor/transcript.hpp"
 
 #include <doctest/doctest.h>

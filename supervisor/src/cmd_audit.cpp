@@ -12,6 +12,7 @@
 #include "protocol/envelope.hpp"
 #include "supervisor/terminal.hpp"
 #include "supervisor/audit.hpp"
+#include "supervisor/cli.hpp"
 #include "supervisor/transcript.hpp"
 
 namespace supervisor::cli {

@@ -9,6 +9,7 @@
 #include "sandbox/explain.hpp"
 #include "supervisor/workspace.hpp"
 #include "supervisor/cli.hpp"
+#include "supervisor/install_layout.hpp"
 #include "supervisor/policy_lint.hpp"
 #include "supervisor/preset.hpp"
 

@@ -25,6 +25,7 @@
 #include "supervisor/scrub.hpp"
 #include "supervisor/research.hpp"
 #include "supervisor/session.hpp"
+#include "supervisor/session_records.hpp"
 #include "supervisor/transcript.hpp"
 
 namespace supervisor::cli {

@@ -16,6 +16,7 @@
 #include "sandbox/launch.hpp"
 #include "sandbox/workspace_guard.hpp"
 #include "supervisor/cli.hpp"
+#include "supervisor/install_layout.hpp"
 #include "supervisor/preset.hpp"
 
 namespace supervisor::cli {

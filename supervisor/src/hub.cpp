@@ -1,6 +1,7 @@
 #include "supervisor/hub.hpp"
 
 #include "supervisor/research.hpp"
+#include "supervisor/session_records.hpp"
 
 #include "sandbox/workspace_guard.hpp"
 

@@ -232,20 +232,6 @@ std::string rfc3339_utc(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-TranscriptHeader TranscriptHeader::from(const SessionConfig& cfg, std::string parent) {
-  TranscriptHeader h;
-  h.id = cfg.id;
-  h.parent = std::move(parent);
-  h.brief = cfg.brief;
-  h.description = cfg.description;
-  if (cfg.preset) {
-    h.preset = cfg.preset->name;
-    h.policy_digest = cfg.preset->digest;
-  }
-  h.workspace = cfg.workspace.string();
-  return h;
-}
-
 // ---- the store -----------------------------------------------------------------------------------
 
 struct TranscriptStore::Shared {

@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "supervisor/cli.hpp"
 #include "supervisor/scrub.hpp"
 
 namespace supervisor {
@@ -64,10 +63,5 @@ class AuditLog {
   std::mutex mu_;  // guards fd_ (opened lazily, reopened after an error)
   int fd_ = -1;
 };
-
-namespace cli {
-// `subagent-supervisor audit`: queries an audit log ("what did child X do", "which children ran commands").
-int cmd_audit(Args args);
-}  // namespace cli
 
 }  // namespace supervisor

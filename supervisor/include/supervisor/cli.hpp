@@ -64,6 +64,8 @@ int cmd_policy(Args args);
 int cmd_serve(Args args);
 int cmd_mcp(Args args);
 int cmd_apply(Args args);
+// `subagent-supervisor audit`: queries an audit log ("what did child X do", "which children ran commands").
+int cmd_audit(Args args);
 
 
 }  // namespace supervisor::cli

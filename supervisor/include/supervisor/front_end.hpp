@@ -1,18 +1,15 @@
-// Options and setup shared by the parent-facing front ends (`serve` and `mcp`): both put a Hub on
-// the io_context and differ only in the wire protocol they speak to the parent.
+// The command-line flags shared by the parent-facing front ends (`serve` and `mcp`): both put a Hub
+// on an io_context (serve_server.hpp, mcp_server.hpp) and differ only in the wire protocol they speak
+// to the parent. Errors: a bad flag throws UsageError naming it.
 #pragma once
 
-#include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "supervisor/cli.hpp"
 #include "supervisor/hub.hpp"
-#include "supervisor/parent_io.hpp"
 
 namespace supervisor::cli {
 
@@ -37,22 +34,5 @@ bool parse_front_end_flag(Args& args, const std::string& flag, FrontEndOptions& 
 // Checks the values (throws UsageError naming the flag) and completes `o.base`: policy directory,
 // transcripts, audit log, child executable.
 void finish_front_end(FrontEndOptions& o);
-
-struct ParentLoop {
-  std::function<void(const nlohmann::json&)> on_message;
-  std::function<void(const std::string& error)> on_bad_line;  // not JSON, not UTF-8, too long
-  std::function<void(const std::string& why)> on_end;         // end of input, SIGINT, SIGTERM
-  std::string eof_reason = "the parent closed its input";
-  std::function<void()> on_eof;  // when set, end of input calls this instead of on_end (serve --drain)
-};
-
-// Serves one parent on stdin/stdout: creates `parent` (so handlers can send through it), then runs
-// `io` until it is stopped, as end_front_end() does.
-void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
-                     ParentLoop loop);
-
-// Ends a front end: cancels every child (when there is a hub; each envelope is still delivered),
-// writes out what is queued for the parent, then stops `io`.
-void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent, const std::string& why);
 
 }  // namespace supervisor::cli

@@ -25,6 +25,9 @@ std::filesystem::path default_child_executable();
 // them it found, and what to do (cmake --install, --child, --policy-dir).
 std::string install_layout_report();
 
-// default_policy_dir() (preset.hpp) is defined with these, in install_layout.cpp.
+// Where presets are looked up: $SUBAGENT_POLICY_DIR, else <exe>/../share/subagent-supervisor/policies,
+// else, only for a program run from the build directory it was built in, the checkout's policies/.
+// Throws cli::SetupError naming the places looked at when none exists.
+std::filesystem::path default_policy_dir();
 
 }  // namespace supervisor

@@ -123,11 +123,6 @@ JsonSourceMap map_json_source(const std::string& text);
 // A field as the error messages name it ("sandbox.filesystem.write[0]") as a JSON pointer.
 std::string field_pointer(const std::string& field);
 
-// Where presets are looked up: $SUBAGENT_POLICY_DIR, else <exe>/../share/subagent-supervisor/policies,
-// else, only for a program run from the build directory it was built in, the checkout's policies/.
-// Throws cli::SetupError naming the places looked at when none exists (install_layout.hpp).
-std::filesystem::path default_policy_dir();
-
 // `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
 // the file and field on any problem.
 Preset load_preset(const std::string& name_or_path, const std::filesystem::path& policy_dir);

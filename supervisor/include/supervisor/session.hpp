@@ -28,6 +28,7 @@
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
+#include "supervisor/brokered_tools.hpp"
 #include "supervisor/budgets.hpp"
 #include "supervisor/model.hpp"
 #include "supervisor/preset.hpp"
@@ -45,15 +46,6 @@ struct ApprovalRequest {
 // Answers one approval; call exactly once, on the io thread.
 using ApprovalReply = std::function<void(bool allow, std::string reason)>;
 using Approver = std::function<void(const ApprovalRequest&, ApprovalReply)>;
-
-// Tools the supervisor runs itself on the child's behalf (web_fetch, web_search).
-class BrokeredTools {
- public:
-  virtual ~BrokeredTools() = default;
-  virtual bool handles(const std::string& tool) const = 0;
-  virtual void run(const std::string& child_id, const std::string& tool, const nlohmann::json& args,
-                   std::function<void(bool ok, std::string content)> done) = 0;
-};
 
 struct Progress {
   std::string id;

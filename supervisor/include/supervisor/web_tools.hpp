@@ -26,7 +26,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <nlohmann/json.hpp>
 
-#include "supervisor/session.hpp"
+#include "supervisor/brokered_tools.hpp"
 
 namespace supervisor {
 

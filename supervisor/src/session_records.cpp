@@ -1,11 +1,28 @@
 // SessionRecords: one session's events into its transcript and the audit log; everything that leaves
 // the supervisor through the session's callbacks scrubbed first.
-#include "supervisor/audit.hpp"
-#include "supervisor/transcript.hpp"
+#include "supervisor/session_records.hpp"
 
 namespace supervisor {
 
 using nlohmann::json;
+
+namespace {
+
+TranscriptHeader header_for(const SessionConfig& cfg, std::string parent) {
+  TranscriptHeader h;
+  h.id = cfg.id;
+  h.parent = std::move(parent);
+  h.brief = cfg.brief;
+  h.description = cfg.description;
+  if (cfg.preset) {
+    h.preset = cfg.preset->name;
+    h.policy_digest = cfg.preset->digest;
+  }
+  h.workspace = cfg.workspace.string();
+  return h;
+}
+
+}  // namespace
 
 void scrub_envelope(const Scrubber& scrubber, protocol::Envelope& e, std::size_t summary_cap, std::size_t answer_cap) {
   scrubber.scrub_in_place(e.reason);
@@ -45,7 +62,7 @@ std::shared_ptr<SessionRecords> SessionRecords::attach(SessionConfig& cfg, std::
   r->next_log_ = std::move(cfg.on_log);
   if (r->store_) {
     std::string error;
-    r->transcript_ = r->store_->open(TranscriptHeader::from(cfg, r->parent_), error);
+    r->transcript_ = r->store_->open(header_for(cfg, r->parent_), error);
     if (!r->transcript_) {
       r->transcript_error_ = error;
       r->report("transcript: " + error + " (the envelope's transcript will be null)");
