@@ -1,5 +1,4 @@
 #include "supervisor/preset.hpp"
-#include "supervisor/workspace.hpp"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -14,6 +13,21 @@
 
 namespace supervisor {
 namespace fs = std::filesystem;
+
+const std::vector<std::string>& default_later_execution() {
+  static const std::vector<std::string> v = {
+      // git: repositories anywhere (their config runs fsmonitor, hooks, filters), submodule URLs,
+      // hook managers, pre-commit's hook list.
+      "**/.git", ".gitmodules", "**/.husky", ".githooks", ".pre-commit-config.yaml",
+      // CI: runs with the repository's secrets on the next push.
+      ".github/workflows", ".github/actions", ".gitlab-ci.yml",
+      // Run on `cd` (direnv) or by the next agent or editor opened in that directory.
+      "**/.envrc", "**/.mcp.json", "**/.claude", "**/.cursor", "**/.codex", "**/.gemini", "**/.vscode", "**/.idea",
+      "**/.devcontainer",
+      // Package managers: node-options / yarnPath run code on the next install or script.
+      "**/.npmrc", "**/.yarnrc.yml"};
+  return v;
+}
 using nlohmann::json;
 
 const char* to_string(Decision d) noexcept {

@@ -195,21 +195,6 @@ WorkspaceLock::~WorkspaceLock() { release(); }
 
 // --- later-execution paths ---
 
-const std::vector<std::string>& default_later_execution() {
-  static const std::vector<std::string> v = {
-      // git: repositories anywhere (their config runs fsmonitor, hooks, filters), submodule URLs,
-      // hook managers, pre-commit's hook list.
-      "**/.git", ".gitmodules", "**/.husky", ".githooks", ".pre-commit-config.yaml",
-      // CI: runs with the repository's secrets on the next push.
-      ".github/workflows", ".github/actions", ".gitlab-ci.yml",
-      // Run on `cd` (direnv) or by the next agent or editor opened in that directory.
-      "**/.envrc", "**/.mcp.json", "**/.claude", "**/.cursor", "**/.codex", "**/.gemini", "**/.vscode", "**/.idea",
-      "**/.devcontainer",
-      // Package managers: node-options / yarnPath run code on the next install or script.
-      "**/.npmrc", "**/.yarnrc.yml"};
-  return v;
-}
-
 bool is_later_execution(const std::string& rel, const std::vector<std::string>& list) {
   const fs::path p = fs::path(rel).lexically_normal();
   for (const auto& e : list) {

@@ -58,7 +58,7 @@ struct WebPolicy {
 // the existing ones (read-only binds), what it creates is flagged in its envelope, and a patch that
 // touches them is flagged for review. Caps on an implementation child's patch.
 struct WritePolicy {
-  std::vector<std::string> later_execution;  // default: default_later_execution() (workspace.hpp)
+  std::vector<std::string> later_execution;  // default: default_later_execution()
   std::uint64_t max_patch_bytes = 16u << 20;
   std::uint64_t max_patch_files = 2000;
 };
@@ -122,6 +122,10 @@ JsonSourceMap map_json_source(const std::string& text);
 
 // A field as the error messages name it ("sandbox.filesystem.write[0]") as a JSON pointer.
 std::string field_pointer(const std::string& field);
+
+// writes.later_execution when a policy names none: the shipped defaults (policies/README.md explains
+// each entry).
+const std::vector<std::string>& default_later_execution();
 
 // `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
 // the file and field on any problem.

@@ -58,9 +58,6 @@ class WorkspaceLock {
 // The lock key ("<dev>-<inode>") of a directory; throws std::runtime_error when it cannot be read.
 std::string workspace_key(const std::filesystem::path& workspace);
 
-// The shipped defaults (policies/README.md explains each entry).
-const std::vector<std::string>& default_later_execution();
-
 // True when `rel` (relative to the workspace, '/'-separated) is or lies under an entry of `list`.
 bool is_later_execution(const std::string& rel, const std::vector<std::string>& list);
 
