@@ -185,8 +185,8 @@ TEST_CASE("concurrency cap: extra spawns queue, and list shows them queued") {
   CHECK(hub.running() == 2);
   auto list = hub.list();
   REQUIRE(list.size() == 5);
-  CHECK(list[0].state == "running");
-  CHECK(list[2].state == "queued");
+  CHECK(std::string(to_string(list[0].state)) == "running");
+  CHECK(std::string(to_string(list[2].state)) == "queued");
   CHECK(list[2].waiting_for.find("concurrency limit (2)") != std::string::npos);
   std::size_t max_running = 0;
   REQUIRE(f.until([&] {

@@ -218,14 +218,14 @@ int check(Args& args) {
 
 // What a writer may not change unseen, and the caps on its patch.
 void explain_writes(const Preset& p, const std::string& workspace) {
-  if (p.workspace_mode == "read") return;
+  if (p.workspace_mode == WorkspaceMode::read) return;
   const WritePolicy& w = p.writes;
-  std::printf("\nWRITES (workspace mode %s)\n", p.workspace_mode.c_str());
+  std::printf("\nWRITES (workspace mode %s)\n", to_string(p.workspace_mode));
   std::printf("  later-execution paths (contents that run on the user's next ordinary command), relative to the\n"
               "  workspace; **/NAME: NAME at any depth. Always added: **/.git and the repository's core.hooksPath\n"
               "  target, read at spawn.\n");
   std::printf("    %s\n", fold(w.later_execution, 4).c_str());
-  if (p.workspace_mode == "write_locked")
+  if (p.workspace_mode == WorkspaceMode::write_locked)
     std::printf("  existing ones: read-only bind mounts in the child (writes: EROFS); ones the child creates: flagged in\n"
                 "  the envelope's artifacts.later_execution (the kernel cannot refuse a name that does not exist yet).\n"
                 "  lock: exclusive on the repository top (or the workspace), shared on every ancestor: no other writer\n"
@@ -236,7 +236,7 @@ void explain_writes(const Preset& p, const std::string& workspace) {
                 "  absolute or leave the workspace always. Nested repositories are left out of the patch.\n"
                 "  patch caps: %llu bytes, %llu files (writes.max_patch_bytes, writes.max_patch_files)\n",
                 (unsigned long long)w.max_patch_bytes, (unsigned long long)w.max_patch_files);
-  if (!workspace.empty() && p.workspace_mode == "write_locked") {
+  if (!workspace.empty() && p.workspace_mode == WorkspaceMode::write_locked) {
     std::vector<std::string> list = w.later_execution;
     list.push_back("**/.git");
     const std::string hooks = hooks_path_inside(workspace);
@@ -288,8 +288,8 @@ void explain_summary(const Preset& p, const std::string& workspace) {
   std::string w = writes.empty() ? "nothing" : roots_text(writes, workspace);
   if (!writes.empty() && !s.protected_paths.empty())
     w += " (read-only inside: " + join(s.protected_paths, " ") +
-         (p.workspace_mode == "write_locked" ? ", and the existing later-execution paths)" : ")");
-  if (p.workspace_mode == "worktree") w += "; ${workspace} is an isolated worktree (or copy), the parent applies the patch";
+         (p.workspace_mode == WorkspaceMode::write_locked ? ", and the existing later-execution paths)" : ")");
+  if (p.workspace_mode == WorkspaceMode::worktree) w += "; ${workspace} is an isolated worktree (or copy), the parent applies the patch";
   if (lists(s.write_paths, "/dev/null")) w += "; /dev/null (discarded)";
   line("writes", w);
 
@@ -349,7 +349,7 @@ void explain_summary(const Preset& p, const std::string& workspace) {
                          (p.unattended ? "; the preset runs unattended, so with no approver each is denied at once"
                                        : " (no approver: denied at once)"));
 
-  if (p.workspace_mode == "read") {
+  if (p.workspace_mode == WorkspaceMode::read) {
     line("later-run", "none: nothing that runs later outside the sandbox can be written");
   } else {
     std::vector<std::string> later = p.writes.later_execution;
@@ -357,7 +357,7 @@ void explain_summary(const Preset& p, const std::string& workspace) {
     std::string shown;
     for (std::size_t i = 0; i < later.size() && i < 6; ++i) shown += (i ? " " : "") + later[i];
     line("later-run", std::to_string(later.size()) + " later-execution paths (" + shown + (later.size() > 6 ? " ..." : "") + "): " +
-                          (p.workspace_mode == "write_locked" ? "existing ones read-only, new ones flagged in the envelope"
+                          (p.workspace_mode == WorkspaceMode::write_locked ? "existing ones read-only, new ones flagged in the envelope"
                                                               : "patch changes to them flagged; apply refuses them unless --allow-flagged"));
   }
 

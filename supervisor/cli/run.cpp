@@ -339,7 +339,7 @@ int cmd_run(Args args) {
   if (tty) {
     hc.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",
-                   p.id.c_str(), p.state.c_str(), (unsigned long long)p.steps, (unsigned long long)p.max_steps,
+                   p.id.c_str(), to_string(p.state), (unsigned long long)p.steps, (unsigned long long)p.max_steps,
                    (unsigned long long)p.tool_calls, (unsigned long long)p.max_tool_calls, human(p.tokens).c_str(),
                    human(p.max_tokens).c_str(), static_cast<double>(p.elapsed_ms) / 1000.0);
       progress_shown = true;

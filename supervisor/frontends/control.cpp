@@ -118,7 +118,7 @@ json to_json(const Progress& p) {
 
 json to_json(const ChildInfo& c) {
   json j = {{"child_id", c.id},
-            {"state", c.state},
+            {"state", to_string(c.state)},
             {"preset", c.preset},
             {"description", c.description},
             {"budget_use", to_json(c.progress)}};

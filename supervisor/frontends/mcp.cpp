@@ -117,7 +117,9 @@ json child_id_schema(const char* what) {
 }
 
 const char* const kStatuses[] = {"completed", "budget_exhausted", "timeout", "cancelled", "failed", "protocol_error"};
-const char* const kStates[] = {"queued", "waiting_for_lock", "running", "done"};
+// What the hub reports of its children (ChildInfo::state).
+const char* const kStates[] = {to_string(ChildState::queued), to_string(ChildState::waiting_for_lock),
+                               to_string(ChildState::running), to_string(ChildState::done)};
 
 // The envelope's "denials": the first refused tool calls (protocol/README.md, "Result envelope").
 json denials_schema() {
@@ -177,8 +179,8 @@ json annotations(const char* title, bool read_only, bool destructive, bool idemp
 std::string preset_line(const Preset& p) {
   std::string tools;
   for (const auto& t : offered_tools(p)) tools += (tools.empty() ? "" : ", ") + t;
-  std::string mode = p.workspace_mode == "read"           ? "never writes the workspace"
-                     : p.workspace_mode == "write_locked" ? "edits the workspace in place (one writer at a time)"
+  std::string mode = p.workspace_mode == WorkspaceMode::read           ? "never writes the workspace"
+                     : p.workspace_mode == WorkspaceMode::write_locked ? "edits the workspace in place (one writer at a time)"
                                                           : "works on an isolated copy and returns a patch (agent_apply)";
   const auto offered = offered_tools(p);
   const bool web = std::any_of(offered.begin(), offered.end(), [](const std::string& t) { return t.rfind("web_", 0) == 0; });
@@ -199,8 +201,8 @@ json tool_definitions(const std::vector<Preset>& presets) {
   for (const auto& p : presets) {
     names.push_back(p.name);
     lines += preset_line(p) + "\n";
-    any_writer = any_writer || p.workspace_mode == "write_locked";
-    any_patch = any_patch || p.workspace_mode == "worktree";
+    any_writer = any_writer || p.workspace_mode == WorkspaceMode::write_locked;
+    any_patch = any_patch || p.workspace_mode == WorkspaceMode::worktree;
   }
   json preset_schema = {{"type", "string"}, {"description", "which kind of child (see the list above)"}};
   if (!names.empty()) preset_schema["enum"] = names;

@@ -191,16 +191,16 @@ struct McpServer {
         it->second->answered)
       return;
     auto info = hub->info(child);
-    if (!info || info->state == "done" || info->envelope) return;
+    if (!info || info->state == ChildState::done || info->envelope) return;
     const auto now = std::chrono::steady_clock::now();
     if (it->second->progress > 0 && now - it->second->last_progress < kMinProgressInterval) return;
     it->second->last_progress = now;
     const Progress& p = info->progress;
-    std::string message = info->state == "running"
+    std::string message = info->state == ChildState::running
                               ? "step " + std::to_string(p.steps) + "/" + std::to_string(p.max_steps) + ", " +
                                     std::to_string(p.tool_calls) + " tool calls, " + std::to_string(p.tokens) +
                                     " tokens, " + std::to_string(p.elapsed_ms / 1000) + " s"
-                              : info->state + (info->waiting_for.empty() ? "" : ": " + info->waiting_for);
+                              : to_string(info->state) + (info->waiting_for.empty() ? "" : ": " + info->waiting_for);
     send(mcp::notification_message("notifications/progress", {{"progressToken", it->second->progress_token},
                                                               {"progress", ++it->second->progress},
                                                               {"message", message}}));
@@ -257,7 +257,7 @@ struct McpServer {
           reason = args["reason"];
         }
         if (!hub->cancel(child, reason)) return send(mcp::result_message(r.id, mcp::tool_error("no child '" + child + "'")));
-        return send(mcp::result_message(r.id, mcp::tool_result({{"child_id", child}, {"state", hub->info(child)->state}})));
+        return send(mcp::result_message(r.id, mcp::tool_result({{"child_id", child}, {"state", to_string(hub->info(child)->state)}})));
       }
       if (name == "agent_apply") {
         std::string child = mcp::parse_child_id(args, {"allow_flagged"});
@@ -301,7 +301,7 @@ struct McpServer {
 
   bool idle() const {
     for (const auto& c : hub->list())
-      if (c.state != "done") return false;
+      if (c.state != ChildState::done) return false;
     return true;
   }
 
@@ -325,7 +325,7 @@ struct McpServer {
     if (background) {
       auto info = hub->info(*child);
       return send(mcp::result_message(
-          request_id, mcp::tool_result({{"child_id", *child}, {"state", info ? info->state : "done"}})));
+          request_id, mcp::tool_result({{"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}})));
     }
     if (call->answered) return;
     sync_calls[*child] = call;
@@ -337,7 +337,7 @@ struct McpServer {
 
   json output_value(const std::string& child) {
     auto info = hub->info(child);
-    json out = {{"child_id", child}, {"state", info->state}, {"budget_use", to_json(info->progress)}};
+    json out = {{"child_id", child}, {"state", to_string(info->state)}, {"budget_use", to_json(info->progress)}};
     out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
     return out;
   }
@@ -347,7 +347,7 @@ struct McpServer {
     std::uint64_t wait = mcp::parse_wait_seconds(args);
     auto info = hub->info(child);
     if (!info) return send(mcp::result_message(request_id, mcp::tool_error("no child '" + child + "'")));
-    if (info->state == "done" || wait == 0) return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
+    if (info->state == ChildState::done || wait == 0) return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
     auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(wait));
     auto it = waiters.emplace(child, Waiter{request_id, timer});
     timer->async_wait([this, child, timer](boost::system::error_code ec) {

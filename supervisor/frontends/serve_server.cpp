@@ -120,7 +120,7 @@ struct Server {
       try {
         Preset p = load_preset(n, cfg.policy_dir);
         presets.push_back({{"name", p.name}, {"description", p.description}, {"tools", offered_tools(p)},
-                           {"workspace_mode", p.workspace_mode}});
+                           {"workspace_mode", to_string(p.workspace_mode)}});
       } catch (const std::exception&) {
       }
     }
@@ -149,7 +149,7 @@ struct Server {
     });
     if (background) {
       auto info = hub->info(*child);
-      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", *child}, {"state", info ? info->state : "done"}});
+      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}});
     }
   }
 
@@ -157,7 +157,7 @@ struct Server {
     std::string child = child_id(m);
     auto info = hub->info(child);
     if (!info) return reply_error(id, "unknown_child", "no child '" + child + "'");
-    json out = {{"type", "output"}, {"id", id}, {"child_id", child}, {"state", info->state},
+    json out = {{"type", "output"}, {"id", id}, {"child_id", child}, {"state", to_string(info->state)},
                 {"budget_use", to_json(info->progress)}};
     out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
     out["transcript"] = info->envelope && info->envelope->transcript ? json(*info->envelope->transcript) : json(nullptr);

@@ -19,7 +19,7 @@ struct Hub::Child {
   std::shared_ptr<const Preset> preset;
   Budgets budgets;
   DoneHandler on_done;
-  std::string state = "queued";
+  ChildState state = ChildState::queued;
   std::string waiting_for;
   std::shared_ptr<ChildSession> session;
   std::optional<WorkspaceLock> lock;
@@ -36,20 +36,6 @@ struct Hub::Child {
 
 namespace {
 
-bool contains(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-void check_cap(const std::optional<std::uint64_t>& want, const std::optional<std::uint64_t>& cap, const char* field) {
-  if (want && cap && *want > *cap)
-    throw WideningError(std::string("limits.") + field + " " + std::to_string(*want) + " exceeds the parent's scope " +
-                        field + " " + std::to_string(*cap) + " (a child never gets more than its parent)");
-}
-
-void cap(std::uint64_t& field, const std::optional<std::uint64_t>& c) {
-  if (c && *c < field) field = *c;
-}
-
 protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, const std::string& description,
                                       protocol::Status status, const std::string& reason) {
   protocol::Envelope e;
@@ -62,46 +48,6 @@ protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, co
 }
 
 }  // namespace
-
-Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools) {
-  const auto offered = offered_tools(p);
-  for (const auto& t : tools)
-    if (!contains(offered, t))
-      throw ScopeError("tools: the preset " + p.name + " does not grant '" + t + "'");
-  Preset n = p;
-  auto keep = [&](std::vector<std::string>& v) {
-    std::vector<std::string> dropped;
-    for (const auto& t : v)
-      if (!contains(tools, t)) dropped.push_back(t);
-    v.erase(std::remove_if(v.begin(), v.end(), [&](const std::string& t) { return !contains(tools, t); }), v.end());
-    n.deny.insert(n.deny.end(), dropped.begin(), dropped.end());
-  };
-  keep(n.allow);
-  keep(n.ask);
-  n.rules.erase(std::remove_if(n.rules.begin(), n.rules.end(),
-                               [&](const ToolRule& r) { return !contains(tools, r.tool) && r.decision != Decision::deny; }),
-                n.rules.end());
-  return n;
-}
-
-Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverrides& limits) {
-  const BudgetOverrides& s = scope.budgets;
-  check_cap(limits.max_steps, s.max_steps, "max_steps");
-  check_cap(limits.max_tool_calls, s.max_tool_calls, "max_tool_calls");
-  check_cap(limits.max_tokens, s.max_tokens, "max_tokens");
-  check_cap(limits.max_thinking_tokens, s.max_thinking_tokens, "max_thinking_tokens");
-  check_cap(limits.timeout_ms, s.timeout_ms, "timeout_ms");
-  Budgets b = p.budgets;  // inherit: the preset's budgets, never above the parent's
-  cap(b.max_steps, s.max_steps);
-  cap(b.max_tool_calls, s.max_tool_calls);
-  cap(b.max_tokens, s.max_tokens);
-  cap(b.max_thinking_tokens, s.max_thinking_tokens);
-  cap(b.timeout_ms, s.timeout_ms);
-  cap(b.summary_bytes, s.summary_bytes);
-  cap(b.answer_bytes, s.answer_bytes);
-  cap_cost_by_scope(b, s, limits);
-  return tighten(b, limits, "the preset " + p.name, "limits.");
-}
 
 Hub::Hub(boost::asio::io_context& io, HubConfig cfg) : io_(io), cfg_(std::move(cfg)), lock_poll_(io) {
   cfg_.max_concurrent = std::clamp<std::size_t>(cfg_.max_concurrent, 1, kMaxConcurrentCeiling);
@@ -119,29 +65,9 @@ Hub::~Hub() {
 std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   if (shutting_down_) throw ScopeError("the supervisor is shutting down; no new children");
   const Scope& scope = cfg_.scope;
-  if (scope.presets && !contains(*scope.presets, req.preset))
-    throw ScopeError("preset: '" + req.preset + "' is outside the parent's scope (allowed: " +
-                     [&] {
-                       std::string s;
-                       for (const auto& x : *scope.presets) s += (s.empty() ? "" : ", ") + x;
-                       return s;
-                     }() + ")");
-  auto preset = std::make_shared<Preset>(load_preset(req.preset, cfg_.policy_dir));
-  if (req.tools) *preset = narrow_tools(*preset, *req.tools);
-  if (scope.tools) {
-    for (const auto& t : offered_tools(*preset))
-      if (!contains(*scope.tools, t))
-        throw ScopeError("tools: '" + t + "' is outside the parent's scope" +
-                         (req.tools ? std::string() : " (the preset " + preset->name +
-                                                          " grants it; ask for a narrower \"tools\" list)"));
-  }
-  if (req.domains) {
-    if (!contains(offered_tools(*preset), "web_fetch") && !contains(offered_tools(*preset), "web_search"))
-      throw ScopeError("domains: the preset " + preset->name + " has no web tools");
-    if (scope.domains)
-      for (const auto& d : *req.domains)
-        if (!contains(*scope.domains, d)) throw ScopeError("domains: '" + d + "' is outside the parent's scope");
-  }
+  check_preset_in_scope(req.preset, scope);
+  auto preset = std::make_shared<Preset>(
+      scoped_preset(load_preset(req.preset, cfg_.policy_dir), scope, req.tools, req.domains));
   if (req.brief.empty()) throw ScopeError("brief: may not be empty");
   std::error_code ec;
   fs::path ws = fs::canonical(req.workspace, ec);
@@ -212,7 +138,7 @@ SessionConfig Hub::session_config(Child& c) {
 }
 
 bool Hub::try_start(Child& c) {
-  if (c.preset->workspace_mode == "write_locked") {
+  if (c.preset->workspace_mode == WorkspaceMode::write_locked) {
     std::optional<WorkspaceLock> lock;
     try {
       lock = WorkspaceLock::try_acquire(c.req.workspace, cfg_.workspaces.lock_dir);
@@ -222,8 +148,8 @@ bool Hub::try_start(Child& c) {
       return true;
     }
     if (!lock) {
-      const bool first = c.state != "waiting_for_lock";
-      c.state = "waiting_for_lock";
+      const bool first = c.state != ChildState::waiting_for_lock;
+      c.state = ChildState::waiting_for_lock;
       c.waiting_for = "another writer holds the workspace " + c.req.workspace.string() +
                       " (or a directory above or below it)";
       if (first && cfg_.on_waiting) cfg_.on_waiting(c.id, c.waiting_for);
@@ -239,7 +165,7 @@ bool Hub::try_start(Child& c) {
       return true;
     }
   }
-  if (c.preset->workspace_mode == "worktree") {
+  if (c.preset->workspace_mode == WorkspaceMode::worktree) {
     try {
       c.worktree = create_worktree(c.req.workspace, cfg_.workspaces.state_dir, c.id);
     } catch (const std::exception& e) {
@@ -255,7 +181,7 @@ bool Hub::try_start(Child& c) {
     deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed, e.what()));
     return true;
   }
-  c.state = "running";
+  c.state = ChildState::running;
   c.waiting_for.clear();
   ++running_;
   ++started_this_turn_;
@@ -385,7 +311,7 @@ void Hub::deliver(Child& c, protocol::Envelope e) {
   if (!c.records && cfg_.audit) {  // never started: still on the record
     cfg_.audit->record({{"event", "envelope"}, {"envelope", protocol::to_json(e)}}, {c.id, c.preset->name, cfg_.parent});
   }
-  c.state = "done";
+  c.state = ChildState::done;
   c.envelope = e;
   c.session.reset();
   // A finished child keeps only what list and output show. Its records (the transcript is on disk)
@@ -410,7 +336,7 @@ void Hub::forget_finished(const Child& newest) {
   std::size_t finished = 0;
   auto oldest = children_.end();
   for (auto it = children_.begin(); it != children_.end(); ++it) {
-    if (it->second->state != "done") continue;
+    if (it->second->state != ChildState::done) continue;
     ++finished;
     if (oldest == children_.end() || it->second->queued_at < oldest->second->queued_at) oldest = it;
   }
@@ -421,7 +347,7 @@ bool Hub::cancel(const std::string& id, const std::string& reason) {
   auto it = children_.find(id);
   if (it == children_.end()) return false;
   Child& c = *it->second;
-  if (c.state == "done") return true;
+  if (c.state == ChildState::done) return true;
   if (c.session) {
     c.session->cancel(reason);
     return true;
@@ -475,7 +401,7 @@ void Hub::shutdown(const std::string& reason, std::function<void()> done) {
   shutdown_done_ = std::move(done);
   std::vector<std::string> ids;
   for (const auto& [id, c] : children_)
-    if (c->state != "done") ids.push_back(id);
+    if (c->state != ChildState::done) ids.push_back(id);
   for (const auto& id : ids) cancel(id, reason);
   check_shutdown();
 }
@@ -489,7 +415,7 @@ void Hub::drain(std::function<void()> done) {
 void Hub::check_shutdown() {
   if (!shutting_down_ || !shutdown_done_) return;
   for (const auto& [id, c] : children_)
-    if (c->state != "done") return;
+    if (c->state != ChildState::done) return;
   auto done = std::move(shutdown_done_);
   shutdown_done_ = nullptr;
   boost::asio::post(io_, std::move(done));

@@ -110,7 +110,8 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       deadline_(io),
       grace_(io),
       handshake_(io),
-      exit_timer_(io),
+      stdout_closed_timer_(io),
+      after_final_timer_(io),
       drain_timer_(io) {}
 
 ChildSession::~ChildSession() {
@@ -135,16 +136,30 @@ std::uint64_t ChildSession::elapsed_ms() const {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count());
 }
 
+const char* to_string(ChildState s) noexcept {
+  switch (s) {
+    case ChildState::queued: return "queued";
+    case ChildState::waiting_for_lock: return "waiting_for_lock";
+    case ChildState::starting: return "starting";
+    case ChildState::running: return "running";
+    case ChildState::wrapping_up: return "wrapping_up";
+    case ChildState::finishing: return "finishing";
+    case ChildState::done: return "done";
+  }
+  return "done";
+}
+
 Progress ChildSession::progress() const {
-  static constexpr const char* names[] = {"starting", "starting", "running", "wrapping_up", "finishing", "done"};
+  static constexpr ChildState shown[] = {ChildState::starting,    ChildState::starting,  ChildState::running,
+                                         ChildState::wrapping_up, ChildState::finishing, ChildState::done};
   Progress p;
   p.id = cfg_.id;
-  p.state = names[static_cast<int>(state_)];
-  p.steps = steps_;
+  p.state = shown[static_cast<int>(state_)];
+  p.steps = meter_.steps();
   p.max_steps = cfg_.budgets.max_steps;
-  p.tool_calls = tool_calls_;
+  p.tool_calls = meter_.tool_calls();
   p.max_tool_calls = cfg_.budgets.max_tool_calls;
-  p.tokens = usage_.total();
+  p.tokens = meter_.usage().total();
   p.max_tokens = cfg_.budgets.max_tokens;
   p.elapsed_ms = state_ == State::starting ? 0 : elapsed_ms();
   return p;
@@ -171,14 +186,14 @@ void ChildSession::start(DoneHandler on_done) {
   ignore_sigpipe_once();
   on_done_ = std::move(on_done);
   started_ = std::chrono::steady_clock::now();
-  price_ = provider_->price();
+  meter_ = BudgetMeter(cfg_.budgets, provider_->price());
   emit({{"event", "spawn"},
         {"preset", cfg_.preset->name},
         {"policy_digest", cfg_.preset->digest},
         {"description", cfg_.description},
         {"workspace", cfg_.workspace.string()},
         {"model", provider_->describe()}});
-  if (cfg_.budgets.max_cost_usd && !price_) {
+  if (cfg_.budgets.max_cost_usd && !meter_.price()) {
     // A cost budget nobody can count is refused, never silently ignored.
     fail(proto::Status::failed, "max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
                                     provider_->describe() +
@@ -235,7 +250,7 @@ void ChildSession::start(DoneHandler on_done) {
   deadline_.expires_after(std::chrono::milliseconds(cfg_.budgets.timeout_ms));
   deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec) return;
-    self->begin_wrap_up(proto::Status::timeout, "time",
+    self->begin_wrap_up(proto::Status::timeout, Budget::time,
                         "wall-clock budget of " + std::to_string(self->cfg_.budgets.timeout_ms) + " ms reached");
   });
 }
@@ -244,7 +259,7 @@ void ChildSession::cancel(const std::string& reason) {
   if (state_ == State::done || state_ == State::finishing) return;
   if (!status_ || *status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
     status_ = proto::Status::cancelled;
-    budget_.clear();
+    budget_.reset();
     reason_ = "cancelled: " + reason;
   }
   emit({{"event", "cancel"}, {"reason", reason}});
@@ -284,8 +299,8 @@ void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
     if (!exited_ && !final_ && state_ != State::finishing && state_ != State::done) {
       // Its output closed but the child lives on: it can never report again. A child that is just
       // exiting closes stdout a moment before the kernel says it exited, so wait that moment first.
-      exit_timer_.expires_after(cfg_.exit_grace);
-      exit_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      stdout_closed_timer_.expires_after(cfg_.exit_grace);
+      stdout_closed_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
         if (e || self->exited_ || self->final_) return;
         self->fail(proto::Status::protocol_error,
                    "protocol error: the child closed its stdout but kept running (still alive " +
@@ -365,42 +380,6 @@ std::size_t request_bytes(const json& messages, const json& tools) {
 bool cut_turn(const std::string& finish_reason) { return finish_reason == "length" || finish_reason == "budget"; }
 }  // namespace
 
-std::uint64_t ChildSession::tokens_left() const {
-  return cfg_.budgets.max_tokens > usage_.total() ? cfg_.budgets.max_tokens - usage_.total() : 0;
-}
-
-std::uint64_t ChildSession::thinking_left() const {
-  return cfg_.budgets.max_thinking_tokens > usage_.reasoning_tokens ? cfg_.budgets.max_thinking_tokens - usage_.reasoning_tokens
-                                                                    : 0;
-}
-
-std::uint64_t ChildSession::output_room(std::uint64_t est_input) const {
-  // What the budgets leave for this call's output once its estimated input is paid for.
-  const std::uint64_t left = tokens_left();
-  std::uint64_t room = left > est_input ? left - est_input : 0;
-  if (cfg_.budgets.max_cost_usd && price_) {
-    const double money = *cfg_.budgets.max_cost_usd - cost_usd_ -
-                         static_cast<double>(est_input) * worst_input_price(*price_) / 1e6;
-    const double out = money <= 0 ? 0 : price_->output > 0 ? money * 1e6 / price_->output : 1e18;
-    room = std::min<std::uint64_t>(room, out >= 1e18 ? UINT64_MAX : static_cast<std::uint64_t>(out));
-  }
-  return room;
-}
-
-std::string ChildSession::reservation_refusal(std::uint64_t est_input, std::uint64_t min_output) const {
-  if (output_room(est_input) >= min_output) return {};
-  const std::uint64_t left = tokens_left();
-  if (left < est_input + min_output)
-    return "token budget exhausted: the next call needs about " + std::to_string(est_input) + " input + " +
-           std::to_string(min_output) + " output tokens and " + std::to_string(left) + " of " +
-           std::to_string(cfg_.budgets.max_tokens) + " remain (" + std::to_string(usage_.total()) + " used)";
-  return "cost budget exhausted: the next call could cost up to " +
-         format_usd(static_cast<double>(est_input) * worst_input_price(*price_) / 1e6 +
-                    static_cast<double>(min_output) * price_->output / 1e6) +
-         " and " + format_usd(std::max(0.0, *cfg_.budgets.max_cost_usd - cost_usd_)) + " of " +
-         format_usd(*cfg_.budgets.max_cost_usd) + " remain (" + format_usd(cost_usd_) + " spent)";
-}
-
 void ChildSession::handle(const proto::ModelRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
   if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
@@ -428,24 +407,16 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   }
   std::size_t bytes = request_bytes(m.messages, tools);
   std::uint64_t est_input = estimator_.estimate(bytes, m.messages.size());
-  if (state_ == State::running) {
-    if (steps_ >= cfg_.budgets.max_steps)
-      begin_wrap_up(proto::Status::budget_exhausted, "steps",
-                    "step budget exhausted (" + std::to_string(steps_) + " of " + std::to_string(cfg_.budgets.max_steps) + ")");
-    else if (std::string why = reservation_refusal(est_input, kMinOutputTokens); !why.empty())
-      begin_wrap_up(proto::Status::budget_exhausted, why.rfind("cost", 0) == 0 ? "cost" : "tokens", why);
-    else if (usage_.reasoning_tokens >= cfg_.budgets.max_thinking_tokens && cfg_.budgets.max_thinking_tokens > 0)
-      begin_wrap_up(proto::Status::budget_exhausted, "thinking_tokens",
-                    "thinking-token budget exhausted (" + std::to_string(usage_.reasoning_tokens) + " of " +
-                        std::to_string(cfg_.budgets.max_thinking_tokens) + ")");
-  }
+  if (state_ == State::running)
+    if (auto used_up = meter_.before_model_call(est_input))
+      begin_wrap_up(proto::Status::budget_exhausted, used_up->budget, used_up->why);
   const bool wrap_turn = state_ == State::wrapping_up;
   if (wrap_turn) {
     tools = json::array();
     bytes = request_bytes(m.messages, tools);
     est_input = estimator_.estimate(bytes, m.messages.size());
   }
-  if (wrap_turn && (wrap_turn_used_ || !reservation_refusal(est_input, kMinOutputTokens).empty())) {
+  if (wrap_turn && (wrap_turn_used_ || meter_.reservation_refusal(est_input, kMinOutputTokens))) {
     // No model turn left to give: the child reports with what it has.
     send(proto::ModelError{m.id, "budget_exhausted",
                            wrap_turn_used_ ? "the wrap-up turn was already used; send your final answer"
@@ -459,17 +430,17 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   call.tools = std::move(tools);
   if (std::size_t cut = cap_tool_results(call.messages, cfg_.budgets.tool_result_bytes))
     emit({{"event", "tool_results_cut"}, {"id", m.id}, {"count", cut}, {"tool_result_bytes", cfg_.budgets.tool_result_bytes}});
-  call.max_thinking_tokens = thinking_left();
+  call.max_thinking_tokens = meter_.thinking_left();
   call.wrap_up = wrap_turn;
   call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
-  call.max_tokens = output_room(est_input);
+  call.max_tokens = meter_.output_room(est_input);
   if (wrap_turn) {
     wrap_turn_used_ = true;
     call.max_tokens = std::min(call.max_tokens, kWrapUpTurnTokens);
   }
   if (m.max_tokens) call.max_tokens = std::min(call.max_tokens, *m.max_tokens);
   call.max_tokens = std::max<std::uint64_t>(call.max_tokens, 1);
-  ++steps_;
+  meter_.count_step();
   model_in_flight_ = m.id;
   pending_bytes_ = bytes;
   pending_messages_ = m.messages.size();
@@ -491,7 +462,7 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   for (const auto& spec : call.tools) tool_names.push_back(spec.value("name", ""));
   emit({{"event", "model_request"},
         {"id", m.id},
-        {"step", steps_},
+        {"step", meter_.steps()},
         {"messages", m.messages.size()},
         {"messages_from", from},
         {"new_messages", std::move(new_messages)},
@@ -509,12 +480,7 @@ void ChildSession::handle(const proto::ModelRequest& m) {
 void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
   model_in_flight_.reset();
   if (state_ == State::finishing || state_ == State::done) return;
-  usage_ += r.usage;
-  double call_cost = 0;
-  if (price_) {
-    call_cost = cost_of(r.usage, *price_);
-    cost_usd_ += call_cost;
-  }
+  const double call_cost = meter_.charge(r.usage);
   if (r.usage.input_tokens > 0 && !r.usage_estimated) estimator_.observe(pending_bytes_, pending_messages_, r.usage.input_tokens);
   else if (r.usage.input_tokens > 0) estimator_.observe(pending_bytes_, pending_messages_, std::max(r.usage.input_tokens, pending_estimate_));
   const bool cut = r.ok && cut_turn(r.finish_reason);
@@ -534,7 +500,7 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
                    return calls;
                  }()},
                 {"finish_reason", r.finish_reason}};
-  if (price_) event["cost_usd"] = call_cost;
+  if (meter_.price()) event["cost_usd"] = call_cost;
   if (cut) event["cut"] = true;
   emit(std::move(event));
   if (r.ok) model_failed_.clear();
@@ -548,7 +514,7 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
     // A turn the token cap ended is not an answer: its tool calls are dropped (their arguments may be
     // cut too), and the child is asked to wrap up, with a wrap-up turn if the budget still has one.
     r.tool_calls.clear();
-    begin_wrap_up(proto::Status::budget_exhausted, "tokens",
+    begin_wrap_up(proto::Status::budget_exhausted, Budget::tokens,
                   std::string("the model's turn was cut by the token cap (") +
                       (r.finish_reason == "budget" ? "the supervisor stopped the stream at the call's output cap of "
                                                    : "the server's finish_reason is length; output cap ") +
@@ -575,10 +541,9 @@ void ChildSession::handle(const proto::ToolRequest& m) {
                                             "' reused (request ids must be unique in a session)");
     return;
   }
-  if (state_ == State::running && tool_calls_ >= cfg_.budgets.max_tool_calls)
-    begin_wrap_up(proto::Status::budget_exhausted, "tool_calls",
-                  "tool-call budget exhausted (" + std::to_string(tool_calls_) + " of " +
-                      std::to_string(cfg_.budgets.max_tool_calls) + ")");
+  if (state_ == State::running)
+    if (auto used_up = meter_.before_tool_call())
+      begin_wrap_up(proto::Status::budget_exhausted, used_up->budget, used_up->why);
   if (state_ == State::wrapping_up) {
     emit({{"event", "tool_decision"}, {"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}});
     const std::string told = "the supervisor asked you to wrap up (" + reason_ + "); no more tools";
@@ -597,87 +562,99 @@ void ChildSession::deny_tool(const proto::ToolRequest& req, const std::string& r
   send(proto::ToolDecision{req.id, false, told});
 }
 
+void ChildSession::record_decision(const proto::ToolRequest& m, const char* decision, const std::string& rule,
+                                   const std::string& reason) {
+  emit({{"event", "tool_decision"},
+        {"id", m.id},
+        {"tool", m.tool},
+        {"args", m.args},
+        {"decision", decision},
+        {"rule", rule},
+        {"reason", reason}});
+}
+
 void ChildSession::decide_tool(const proto::ToolRequest& m) {
   std::string why, rule;
-  Decision d = decide(*cfg_.preset, m.tool, m.args, why, &rule);
-  auto record = [&](const char* decision, const std::string& reason) {
-    emit({{"event", "tool_decision"},
-          {"id", m.id},
-          {"tool", m.tool},
-          {"args", m.args},
-          {"decision", decision},
-          {"rule", rule},
-          {"reason", reason}});
-  };
-  auto allow = [this](const proto::ToolRequest& req, const std::string& reason) {
-    ++tool_calls_;
-    ++tools_used_[req.tool];
-    if (cfg_.brokered && cfg_.brokered->handles(req.tool)) {
-      pending_tools_[req.id] = req.tool;
-      cfg_.brokered->run(cfg_.id, req.tool, req.args,
-                         [self = shared_from_this(), id = req.id](bool ok, std::string content) {
-                           if (self->state_ == State::finishing || self->state_ == State::done) return;
-                           self->pending_tools_.erase(id);
-                           const std::uint64_t cap = self->cfg_.budgets.tool_result_bytes;
-                           if (cap > 0 && content.size() > cap) {  // the same cap as a local tool's result
-                             const std::size_t n = content.size();
-                             content = proto::cap_utf8(content, cap).text + "\n[cut by the supervisor: " +
-                                       std::to_string(n) + " bytes; tool_result_bytes is " + std::to_string(cap) + "]";
-                           }
-                           self->emit({{"event", "tool_result"}, {"id", id}, {"ok", ok}, {"bytes", content.size()},
-                                       {"content", content}});
-                           self->send(proto::ToolResult{id, ok, std::move(content)});
-                         });
-    } else {
-      pending_tools_[req.id] = req.tool;
-      send(proto::ToolDecision{req.id, true, reason});
-    }
-    report_progress();
-  };
+  const Decision d = decide(*cfg_.preset, m.tool, m.args, why, &rule);
   if (d == Decision::allow) {
-    record("allow", why);
-    allow(m, why);
+    record_decision(m, "allow", rule, why);
+    allow_tool(m, why);
     return;
   }
   if (d == Decision::deny) {
-    record("deny", why);
+    record_decision(m, "deny", rule, why);
     deny_tool(m, rule, why, why);
     return;
   }
-  // ask
   if (!cfg_.approver) {
     std::string reason = why + ", and no approver is attached, so it is denied";
-    record("deny", reason);
+    record_decision(m, "deny", rule, reason);
     deny_tool(m, "ask: no approver", why, reason);
     return;
   }
-  record("ask", why);
-  ++approvals_pending_;
-  auto answered = std::make_shared<bool>(false);
-  auto timed_out = std::make_shared<bool>(false);
-  auto timer = std::make_shared<asio::steady_timer>(io_, cfg_.approval_timeout);
-  auto reply = [self = shared_from_this(), m, why, answered, timed_out, timer, allow](bool ok, std::string reason) {
-    if (*answered) return;
-    *answered = true;
-    timer->cancel();
-    --self->approvals_pending_;
-    if (self->state_ == State::finishing || self->state_ == State::done) return;
-    self->emit({{"event", "approval"}, {"id", m.id}, {"tool", m.tool}, {"allow", ok}, {"reason", reason}});
-    if (self->state_ == State::wrapping_up) {
-      self->deny_tool(m, "wrap-up", why + "; the child is wrapping up", "approval denied: the child is wrapping up");
-      return;
-    }
-    if (ok) allow(m, "approved: " + reason);
-    else
-      self->deny_tool(m, *timed_out ? "ask: approval timed out" : "ask: declined by parent", why + "; " + reason,
-                      "approval denied: " + reason);
-  };
-  timer->async_wait([reply, timed_out, ms = cfg_.approval_timeout.count()](boost::system::error_code ec) {
-    if (ec) return;
-    *timed_out = true;
-    reply(false, "no answer within " + std::to_string(ms) + " ms");
+  record_decision(m, "ask", rule, why);
+  ask_approval(m, why);
+}
+
+void ChildSession::allow_tool(const proto::ToolRequest& req, const std::string& reason) {
+  meter_.count_tool_call();
+  ++tools_used_[req.tool];
+  pending_tools_[req.id] = req.tool;
+  if (cfg_.brokered && cfg_.brokered->handles(req.tool)) {
+    cfg_.brokered->run(cfg_.id, req.tool, req.args, [self = shared_from_this(), id = req.id](bool ok, std::string content) {
+      self->on_brokered_result(id, ok, std::move(content));
+    });
+  } else {
+    send(proto::ToolDecision{req.id, true, reason});
+  }
+  report_progress();
+}
+
+void ChildSession::on_brokered_result(const std::string& id, bool ok, std::string content) {
+  if (state_ == State::finishing || state_ == State::done) return;
+  pending_tools_.erase(id);
+  const std::uint64_t cap = cfg_.budgets.tool_result_bytes;
+  if (cap > 0 && content.size() > cap) {  // the same cap as a local tool's result
+    const std::size_t n = content.size();
+    content = proto::cap_utf8(content, cap).text + "\n[cut by the supervisor: " + std::to_string(n) +
+              " bytes; tool_result_bytes is " + std::to_string(cap) + "]";
+  }
+  emit({{"event", "tool_result"}, {"id", id}, {"ok", ok}, {"bytes", content.size()}, {"content", content}});
+  send(proto::ToolResult{id, ok, std::move(content)});
+}
+
+void ChildSession::ask_approval(const proto::ToolRequest& m, const std::string& why) {
+  auto& pending = approvals_[m.id];
+  pending = std::make_unique<PendingApproval>(PendingApproval{m, why, asio::steady_timer(io_, cfg_.approval_timeout)});
+  pending->timer.async_wait([self = shared_from_this(), id = m.id](boost::system::error_code ec) {
+    if (!ec) self->on_approval_timeout(id);
   });
-  cfg_.approver(ApprovalRequest{cfg_.id, cfg_.preset->name, cfg_.description, m.tool, m.args, why}, reply);
+  cfg_.approver(ApprovalRequest{cfg_.id, cfg_.preset->name, cfg_.description, m.tool, m.args, why},
+                [self = shared_from_this(), id = m.id](bool allow, std::string reason) {
+                  self->on_approval(id, allow, std::move(reason), "ask: declined by parent");
+                });
+}
+
+void ChildSession::on_approval_timeout(const std::string& id) {
+  on_approval(id, false, "no answer within " + std::to_string(cfg_.approval_timeout.count()) + " ms",
+              "ask: approval timed out");
+}
+
+void ChildSession::on_approval(const std::string& id, bool allow, std::string reason, const char* denied_rule) {
+  auto it = approvals_.find(id);
+  if (it == approvals_.end()) return;  // answered already, or timed out
+  std::unique_ptr<PendingApproval> pending = std::move(it->second);
+  approvals_.erase(it);
+  pending->timer.cancel();
+  if (state_ == State::finishing || state_ == State::done) return;
+  const proto::ToolRequest& m = pending->request;
+  emit({{"event", "approval"}, {"id", m.id}, {"tool", m.tool}, {"allow", allow}, {"reason", reason}});
+  if (state_ == State::wrapping_up) {
+    deny_tool(m, "wrap-up", pending->why + "; the child is wrapping up", "approval denied: the child is wrapping up");
+    return;
+  }
+  if (allow) allow_tool(m, "approved: " + reason);
+  else deny_tool(m, denied_rule, pending->why + "; " + reason, "approval denied: " + reason);
 }
 
 void ChildSession::handle(const proto::ToolDone& m) {
@@ -719,8 +696,8 @@ void ChildSession::handle(const proto::Final& m) {
   emit({{"event", "final"}, {"summary_bytes", m.summary.size()}, {"answer_bytes", m.answer.size()}});
   state_ = State::finishing;
   // The child should exit now; give it a moment, then make sure.
-  exit_timer_.expires_after(cfg_.exit_grace);
-  exit_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+  after_final_timer_.expires_after(cfg_.exit_grace);
+  after_final_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec && !self->exited_) self->kill_tree("did not exit after its final answer");
   });
   maybe_finish();
@@ -822,7 +799,7 @@ void ChildSession::on_exit(int status) {
   maybe_finish();
 }
 
-void ChildSession::begin_wrap_up(proto::Status status, const std::string& budget, const std::string& why) {
+void ChildSession::begin_wrap_up(proto::Status status, Budget budget, const std::string& why) {
   if (state_ != State::running && state_ != State::handshake) return;
   if (state_ == State::handshake) {
     fail(status, why + " before the child said hello");
@@ -832,8 +809,8 @@ void ChildSession::begin_wrap_up(proto::Status status, const std::string& budget
   status_ = status;
   budget_ = budget;
   reason_ = why;
-  emit({{"event", "budget"}, {"budget", budget}, {"status", proto::to_string(status)}, {"reason", why}});
-  send(proto::WrapUp{status == proto::Status::timeout ? "timeout" : "budget_exhausted", budget});
+  emit({{"event", "budget"}, {"budget", to_string(budget)}, {"status", proto::to_string(status)}, {"reason", why}});
+  send(proto::WrapUp{status == proto::Status::timeout ? "timeout" : "budget_exhausted", to_string(budget)});
   grace_.expires_after(std::chrono::milliseconds(cfg_.budgets.wrap_up_grace_ms));
   grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || self->final_ || self->exited_) return;
@@ -854,7 +831,7 @@ void ChildSession::fail(proto::Status status, const std::string& reason) {
   }
   if (!status_ || *status_ != proto::Status::cancelled) {
     status_ = status;
-    budget_.clear();
+    budget_.reset();
     reason_ = reason;
   }
   emit({{"event", "failure"}, {"status", proto::to_string(status)}, {"reason", reason}});
@@ -917,7 +894,9 @@ void ChildSession::finish() {
   deadline_.cancel();
   grace_.cancel();
   handshake_.cancel();
-  exit_timer_.cancel();
+  stdout_closed_timer_.cancel();
+  after_final_timer_.cancel();
+  for (auto& [id, pending] : approvals_) pending->timer.cancel();  // a late answer finds the session done
   drain_timer_.cancel();
   to_child_.close(ignored);
   provider_->cancel();
@@ -936,7 +915,7 @@ void ChildSession::finish() {
                 " before sending a final answer";
   }
   e.status = *status_;
-  e.budget = budget_;
+  e.budget = budget_ ? to_string(*budget_) : "";
   e.reason = reason_;
   if (final_) {
     e.summary = proto::cap_utf8(final_->summary, cfg_.budgets.summary_bytes);
@@ -953,13 +932,13 @@ void ChildSession::finish() {
                                   cfg_.budgets.summary_bytes);
     }
   }
-  if (price_) e.cost_usd = cost_usd_;
+  if (meter_.price()) e.cost_usd = meter_.cost_usd();
   e.tools_used = tools_used_;
   e.tools_denied = tools_denied_;
   e.denials = denials_;
-  e.usage = usage_;
-  e.steps = steps_;
-  e.tool_calls = tool_calls_;
+  e.usage = meter_.usage();
+  e.steps = meter_.steps();
+  e.tool_calls = meter_.tool_calls();
   e.duration_ms = elapsed_ms();
   e.exit = exit_;
   e.sandbox_applied = layers_applied_;

@@ -158,9 +158,11 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
     out.push_back({"warning", "wider than the shipped preset: " + what, std::move(pointer), {}});
   };
 
-  if (rank(p.workspace_mode, {"read", "worktree", "write_locked"}) >
-      rank(shipped.workspace_mode, {"read", "worktree", "write_locked"}))
-    wider("/workspace_mode", "workspace_mode is \"" + p.workspace_mode + "\"" + theirs + "\"" + shipped.workspace_mode + "\")");
+  // From narrowest to widest: a worktree's patch is reviewed before it reaches the workspace.
+  auto width = [](WorkspaceMode m) { return m == WorkspaceMode::read ? 0 : m == WorkspaceMode::worktree ? 1 : 2; };
+  if (width(p.workspace_mode) > width(shipped.workspace_mode))
+    wider("/workspace_mode", std::string("workspace_mode is \"") + to_string(p.workspace_mode) + "\"" + theirs + "\"" +
+                                 to_string(shipped.workspace_mode) + "\")");
   for (const auto& t : shipped.blocked)
     if (std::find(p.blocked.begin(), p.blocked.end(), t) == p.blocked.end())
       wider("/blocked", "blocked no longer lists the parent-only capability '" + t + "'");
@@ -289,7 +291,7 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
     limit("web.max_fetch_bytes", p.web.max_fetch_bytes, shipped.web.max_fetch_bytes, false);
     limit("web.fetch_timeout_seconds", p.web.fetch_timeout_ms / 1000, shipped.web.fetch_timeout_ms / 1000, false);
   }
-  if (p.workspace_mode != "read") {
+  if (p.workspace_mode != WorkspaceMode::read) {
     removed(p.writes.later_execution, shipped.writes.later_execution, "/writes/later_execution",
             "writes.later_execution no longer guards");
     limit("writes.max_patch_bytes", p.writes.max_patch_bytes, shipped.writes.max_patch_bytes, false);
@@ -384,11 +386,11 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   lint_syscall_groups(p, writes, error, warning);
   const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
                                            [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
-  if (p.workspace_mode == "read" && writes_workspace)
+  if (p.workspace_mode == WorkspaceMode::read && writes_workspace)
     error("workspace_mode is \"read\" but ${workspace} is a write root; use \"write_locked\" (one writer at a time) or \"worktree\"",
           "/workspace_mode");
-  if (p.workspace_mode != "read" && !writes_workspace)
-    warning("workspace_mode is \"" + p.workspace_mode + "\" but ${workspace} is not a write root: the child cannot write its workspace",
+  if (p.workspace_mode != WorkspaceMode::read && !writes_workspace)
+    warning(std::string("workspace_mode is \"") + to_string(p.workspace_mode) + "\" but ${workspace} is not a write root: the child cannot write its workspace",
             "/workspace_mode");
   if (p.unattended) {
     for (const auto& t : p.ask)

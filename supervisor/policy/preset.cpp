@@ -39,6 +39,21 @@ const char* to_string(Decision d) noexcept {
   return "deny";
 }
 
+const char* to_string(WorkspaceMode m) noexcept {
+  switch (m) {
+    case WorkspaceMode::read: return "read";
+    case WorkspaceMode::write_locked: return "write_locked";
+    case WorkspaceMode::worktree: return "worktree";
+  }
+  return "read";
+}
+
+std::optional<WorkspaceMode> parse_workspace_mode(std::string_view text) noexcept {
+  for (WorkspaceMode m : {WorkspaceMode::read, WorkspaceMode::write_locked, WorkspaceMode::worktree})
+    if (text == to_string(m)) return m;
+  return std::nullopt;
+}
+
 namespace {
 
 std::string sha256_hex(const std::string& bytes) {
@@ -360,9 +375,9 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   }
 
   if (doc.contains("workspace_mode")) {
-    p.workspace_mode = r.string(doc, "workspace_mode", "");
-    if (p.workspace_mode != "read" && p.workspace_mode != "write_locked" && p.workspace_mode != "worktree")
-      r.fail("workspace_mode", "must be \"read\", \"write_locked\" or \"worktree\"");
+    const auto mode = parse_workspace_mode(r.string(doc, "workspace_mode", ""));
+    if (!mode) r.fail("workspace_mode", "must be \"read\", \"write_locked\" or \"worktree\"");
+    else p.workspace_mode = *mode;
   }
 
   const json& tools = r.object(doc, "tools", "");

@@ -1,4 +1,6 @@
-// Per-spawn limits. Inherit, never widen: a spawn may only tighten its preset's budgets.
+// Budget arithmetic during a child's life: the input estimate that reserves tokens before a model
+// call, the cost of a call, durations. What a child's budgets are (preset ∩ scope ∩ limits) is
+// scope.hpp's. Errors: parse_duration throws std::invalid_argument; the rest cannot fail.
 #pragma once
 
 #include <chrono>
@@ -10,44 +12,10 @@
 
 #include "protocol/messages.hpp"
 #include "models/model_config.hpp"
+#include "orchestration/scope.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor {
-
-struct BudgetOverrides {
-  std::optional<std::uint64_t> max_steps;
-  std::optional<std::uint64_t> max_tool_calls;
-  std::optional<std::uint64_t> max_tokens;
-  std::optional<std::uint64_t> max_thinking_tokens;
-  std::optional<std::uint64_t> timeout_ms;
-  std::optional<std::uint64_t> summary_bytes;
-  std::optional<std::uint64_t> answer_bytes;
-  std::optional<std::uint64_t> wrap_up_grace_ms;
-  std::optional<double> max_cost_usd;
-};
-
-// Thrown when an override asks for more than the base allows; what() names the field and both values:
-// "--max-steps 500 exceeds the preset explore's max_steps 100 (limits may only tighten)". Also for
-// an override of 0 where 0 would end the child before it starts (steps, tokens, timeout, summary and
-// answer bytes): "--max-steps 0: must be at least 1 ...". 0 stays valid for tool calls (a child that
-// answers from its brief), thinking tokens (no thinking) and the wrap-up grace (none).
-class WideningError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
-// `who` names the base in errors ("the preset explore", "the parent's scope"); `field_prefix`
-// names the request's fields: empty for command-line flags ("--max-steps"), or e.g. "limits." for a
-// JSON request ("limits.max_steps").
-Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who,
-                const std::string& field_prefix = "");
-
-// The parent's scope caps the cost budget like the others: a spawn asking more than the scope's
-// max_cost_usd is refused (WideningError naming limits.max_cost_usd); otherwise the scope's lowers it.
-void cap_cost_by_scope(Budgets& b, const BudgetOverrides& scope, const BudgetOverrides& limits);
-
-// "$0.25" style text for errors and reasons.
-std::string format_usd(double v);
 
 // Reservation (protocol/README.md, "Budgets"): the input tokens of the next model call, estimated
 // before it starts, so no call begins that its input could carry past the budget.

@@ -22,27 +22,13 @@
 
 #include "protocol/envelope.hpp"
 #include "orchestration/budgets.hpp"
+#include "orchestration/scope.hpp"
 #include "records/audit.hpp"
 #include "orchestration/session.hpp"
 #include "records/transcript.hpp"
 #include "orchestration/workspace.hpp"
 
 namespace supervisor {
-
-// What the parent itself may do, as it declared (serve's hello). An absent list means "not
-// declared": then only the presets' own limits apply.
-struct Scope {
-  std::optional<std::vector<std::string>> tools;
-  std::optional<std::vector<std::string>> presets;
-  std::optional<std::vector<std::string>> domains;
-  BudgetOverrides budgets;  // caps on every child's budgets
-};
-
-// A spawn that asks for more than the parent's scope or the preset allows. what() names the field.
-class ScopeError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
 
 struct SpawnRequest {
   std::string preset;
@@ -88,7 +74,7 @@ struct HubConfig {
 
 struct ChildInfo {
   std::string id;
-  std::string state;  // queued | waiting_for_lock | running | done
+  ChildState state;  // queued, waiting_for_lock, running or done
   std::string preset;
   std::string description;
   std::string waiting_for;  // why a queued child waits
@@ -145,12 +131,5 @@ class Hub {
   std::function<void()> shutdown_done_;
   bool shutting_down_ = false;
 };
-
-// The preset narrowed to `tools` (each must be one the preset offers; throws ScopeError).
-Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools);
-
-// The budgets a child gets: the preset's, capped by the parent's scope, tightened by the spawn's
-// limits. A limit above the scope or the preset throws WideningError naming it.
-Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverrides& limits);
 
 }  // namespace supervisor

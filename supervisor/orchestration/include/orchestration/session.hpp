@@ -29,6 +29,7 @@
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
 #include "web/brokered_tools.hpp"
+#include "orchestration/budget_meter.hpp"
 #include "orchestration/budgets.hpp"
 #include "models/model.hpp"
 #include "policy/preset.hpp"
@@ -47,9 +48,15 @@ struct ApprovalRequest {
 using ApprovalReply = std::function<void(bool allow, std::string reason)>;
 using Approver = std::function<void(const ApprovalRequest&, ApprovalReply)>;
 
+// Where a child is in its life. The hub reports queued, waiting_for_lock, running and done for its
+// children (ChildInfo); a running child's progress says which part of running it is in.
+enum class ChildState { queued, waiting_for_lock, starting, running, wrapping_up, finishing, done };
+// "queued", "waiting_for_lock", "starting", "running", "wrapping_up", "finishing", "done"
+const char* to_string(ChildState s) noexcept;
+
 struct Progress {
   std::string id;
-  std::string state;  // starting | running | wrapping_up | finishing | done
+  ChildState state = ChildState::starting;
   std::uint64_t steps = 0, max_steps = 0;
   std::uint64_t tool_calls = 0, max_tool_calls = 0;
   std::uint64_t tokens = 0, max_tokens = 0;
@@ -76,11 +83,6 @@ struct SessionConfig {
   std::function<void(const nlohmann::json& event)> on_event;   // transcript / audit events
   std::function<void(const Progress&)> on_progress;
 };
-
-// Output tokens allowed for the wrap-up turn (never more than the budgets leave).
-inline constexpr std::uint64_t kWrapUpTurnTokens = 4096;
-// A call starts only if its estimated input plus this much output fits in what the budgets leave.
-inline constexpr std::uint64_t kMinOutputTokens = 256;
 
 class ChildSession : public std::enable_shared_from_this<ChildSession> {
  public:
@@ -118,15 +120,21 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void handle(const protocol::Final& m);
   void handle(const protocol::Log& m);
   void on_model_reply(const std::string& request_id, ModelReply reply);
-  std::uint64_t tokens_left() const;
-  std::uint64_t thinking_left() const;
-  std::uint64_t output_room(std::uint64_t est_input) const;
-  // Why a call of `est_input` input and `min_output` output may not start ("" when it may).
-  std::string reservation_refusal(std::uint64_t est_input, std::uint64_t min_output) const;
+  // A tool request the budgets let through: the preset's rules decide (allow, deny, or ask the approver).
   void decide_tool(const protocol::ToolRequest& m);
+  void record_decision(const protocol::ToolRequest& m, const char* decision, const std::string& rule,
+                       const std::string& reason);
+  // Counts the call and lets it run: in the child, or here for a brokered tool.
+  void allow_tool(const protocol::ToolRequest& req, const std::string& reason);
+  void on_brokered_result(const std::string& id, bool ok, std::string content);
+  // Puts an "ask" to the approver; the answer or the approval timeout, whichever is first, decides.
+  void ask_approval(const protocol::ToolRequest& m, const std::string& why);
+  void on_approval(const std::string& id, bool allow, std::string reason, const char* denied_rule);
+  void on_approval_timeout(const std::string& id);
   void send(const protocol::SupervisorMessage& m);
   void do_write();
-  void begin_wrap_up(protocol::Status status, const std::string& budget, const std::string& why);
+  // A budget (or the clock: Budget::time with Status::timeout) is used up: the child is asked to wrap up.
+  void begin_wrap_up(protocol::Status status, Budget budget, const std::string& why);
   void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
   void kill_tree(const std::string& why);
   void maybe_finish();
@@ -163,11 +171,16 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::deque<std::string> write_queue_;
   bool writing_ = false;
 
-  boost::asio::steady_timer deadline_, grace_, handshake_, exit_timer_, drain_timer_;
+  boost::asio::steady_timer deadline_;             // the wall-clock budget
+  boost::asio::steady_timer grace_;                // the wrap-up grace, once a budget is used up
+  boost::asio::steady_timer handshake_;            // hello must come within handshake_timeout
+  boost::asio::steady_timer stdout_closed_timer_;  // stdout closed: the child must exit within exit_grace
+  boost::asio::steady_timer after_final_timer_;    // final sent: the child must exit within exit_grace
+  boost::asio::steady_timer drain_timer_;          // exited: its pipes get a moment to drain
 
   // What happened, for the envelope.
   std::optional<protocol::Status> status_;  // terminal status once decided
-  std::string budget_;
+  std::optional<Budget> budget_;  // which budget ended it, when one did
   std::string reason_;
   std::optional<protocol::Final> final_;
   bool exited_ = false;
@@ -178,26 +191,27 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::vector<std::string> layers_applied_, layers_missing_;
 
   // Budgets in use.
-  std::uint64_t steps_ = 0;
-  std::uint64_t tool_calls_ = 0;
+  BudgetMeter meter_;
   std::uint64_t tools_denied_ = 0;
   protocol::DenialList denials_;  // the envelope's denials (capped); tools_denied_ counts them all
   std::map<std::string, std::uint64_t> tools_used_;
-  protocol::Usage usage_;
   std::optional<std::string> model_in_flight_;
   std::string model_failed_;  // the last model call's error, until a call succeeds
   bool wrap_turn_used_ = false;
   InputEstimator estimator_;
   std::size_t pending_bytes_ = 0, pending_messages_ = 0;  // of the call in flight
   std::uint64_t pending_estimate_ = 0;
-  std::optional<Price> price_;
-  double cost_usd_ = 0;
   bool last_cut_ = false;  // the last completed model turn was cut by the token cap
   std::string cut_text_;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
   std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
   std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
-  std::uint64_t approvals_pending_ = 0;
+  struct PendingApproval {
+    protocol::ToolRequest request;
+    std::string why;  // the rule's reason for asking
+    boost::asio::steady_timer timer;  // the approval timeout
+  };
+  std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask
 };
 
 // A fresh child id: 12 lowercase hex characters from the kernel's random source.

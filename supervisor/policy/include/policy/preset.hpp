@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,17 @@ namespace supervisor {
 
 enum class Decision { allow, ask, deny };
 const char* to_string(Decision d) noexcept;
+
+// How a child uses its workspace (a policy's "workspace_mode").
+enum class WorkspaceMode {
+  read,          // never writes it
+  write_locked,  // edits it in place and holds the workspace's exclusive lock
+  worktree,      // works in an isolated git worktree (or copy) and returns a patch
+};
+// "read", "write_locked", "worktree"
+const char* to_string(WorkspaceMode m) noexcept;
+// The mode a policy names, or nullopt for any other text.
+std::optional<WorkspaceMode> parse_workspace_mode(std::string_view text) noexcept;
 
 struct Budgets {
   std::uint64_t max_steps = 100;
@@ -69,10 +81,7 @@ struct Preset {
   std::filesystem::path source;  // the policy file it came from
   std::string digest;            // hex digest of the file's bytes
   bool unattended = true;        // may run with nobody to answer approvals
-  // How the child uses its workspace: "read" (never writes), "write_locked" (edits it in place and
-  // holds the workspace's exclusive lock), "worktree" (works in an isolated git worktree or copy and
-  // returns a patch).
-  std::string workspace_mode = "read";
+  WorkspaceMode workspace_mode = WorkspaceMode::read;
   std::vector<std::string> allow, ask, deny;  // tool decisions
   std::vector<std::string> blocked;           // parent-only capabilities, never granted
   std::vector<ToolRule> rules;
