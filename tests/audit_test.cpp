@@ -1,5 +1,6 @@
 // Audit log: which events become lines and what each names, scrubbing, O_APPEND from concurrent
 // writers, and the `audit` command's queries.
+#include "cli/cli.hpp"
 #include "records/audit.hpp"
 
 #include <doctest/doctest.h>

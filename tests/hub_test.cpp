@@ -62,7 +62,7 @@ struct Fixture {
     }
     return pred();
   }
-  std::string state_of(const std::string& id) { return hub->info(id)->state; }
+  std::string state_of(const std::string& id) { return to_string(hub->info(id)->state); }
 };
 
 const char* kSlow = R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":150,"repeat":6})"
@@ -206,7 +206,7 @@ TEST_CASE("per-turn limit: spawns past it wait for the next turn") {
   REQUIRE(f.until([&] { return f.done.size() == 3; }));
   f.until([] { return false; });  // give it time: nothing more may start this turn
   CHECK(f.done.size() == 3);
-  CHECK(hub.info(ids[4])->state == "queued");
+  CHECK(std::string(to_string(hub.info(ids[4])->state)) == "queued");
   CHECK(hub.info(ids[4])->waiting_for.find("per-turn limit (3)") != std::string::npos);
   hub.new_turn();
   REQUIRE(f.until([&] { return f.done.size() == 5; }));
@@ -234,7 +234,7 @@ TEST_CASE("cancel: the whole tree dies, a cancelled envelope comes fast, nothing
   std::string queued = f.spawn(f.req());
   REQUIRE(f.until([&] { return hub.info(running)->progress.steps >= 1; }));
   CHECK(test::processes_named(child.filename().string()) == 1);  // twin: the scan sees it while it lives
-  CHECK(hub.info(queued)->state == "queued");
+  CHECK(std::string(to_string(hub.info(queued)->state)) == "queued");
   CHECK(hub.cancel(queued, "test"));
   REQUIRE(f.until([&] { return f.done.count(queued) == 1; }));
   CHECK(f.done[queued].status == Status::cancelled);
@@ -277,11 +277,11 @@ TEST_CASE("worker lock: one writer per workspace, also through a symlink") {
   via_link.workspace = link;
   std::string b = f.spawn(via_link);
   std::string reader = f.spawn(f.req("explore"));  // readers never wait for the lock
-  CHECK(hub.info(a)->state == "running");
-  CHECK(hub.info(b)->state == "waiting_for_lock");
-  CHECK(hub.info(reader)->state == "running");
+  CHECK(std::string(to_string(hub.info(a)->state)) == "running");
+  CHECK(std::string(to_string(hub.info(b)->state)) == "waiting_for_lock");
+  CHECK(std::string(to_string(hub.info(reader)->state)) == "running");
   REQUIRE(f.until([&] { return f.done.count(a) == 1; }));
-  CHECK(f.until([&] { return hub.info(b)->state != "waiting_for_lock"; }));
+  CHECK(f.until([&] { return std::string(to_string(hub.info(b)->state)) != "waiting_for_lock"; }));
   REQUIRE(f.until([&] { return f.done.count(b) == 1; }));
   CHECK(f.done[b].status == Status::completed);
 }
@@ -374,8 +374,8 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
   Hub& hub = f.make();
   std::string a = f.spawn(f.req("implementation", edit("a", "src/a.txt", "alpha", "ALPHA")));
   std::string b = f.spawn(f.req("implementation", edit("b", "src/b.txt", "beta", "BETA")));
-  CHECK(hub.info(a)->state == "running");
-  CHECK(hub.info(b)->state == "running");  // no lock: they run side by side
+  CHECK(std::string(to_string(hub.info(a)->state)) == "running");
+  CHECK(std::string(to_string(hub.info(b)->state)) == "running");  // no lock: they run side by side
   REQUIRE(f.until([&] { return f.done.size() == 2; }));
   for (const auto& id : {a, b}) {
     const auto& e = f.done[id];

@@ -260,7 +260,7 @@ int cmd_audit(Args args) {
       throw UsageError("--transcript-dir goes with --conversation ID");
     if (!f.decision.empty() && f.decision != "allow" && f.decision != "deny" && f.decision != "ask")
       throw UsageError("--decision takes allow, deny or ask, not '" + f.decision + "'");
-    if (!f.event.empty() && !AuditLog::audited(f.event))
+    if (!f.event.empty() && !AuditLog::audited(parse_event_kind(f.event)))
       throw UsageError("--event: '" + f.event + "' is not an audited event (see audit --help)");
   } catch (const UsageError& e) {
     print_for_terminal(stderr, "subagent-supervisor audit: %s\n", e.what());

@@ -306,7 +306,7 @@ int cmd_run(Args args) {
   // after its own prefix. Tool names and reasons are the model's text: escaped, tty or not.
   std::uint64_t denial_lines = 0;
   hc.on_event = [&](const nlohmann::json& ev) {
-    if (!ev.is_object() || ev.value("event", "") != "denial") return;
+    if (event_kind(ev) != EventKind::denial) return;
     if (++denial_lines > kMaxDenialLines) return;
     if (progress_shown) std::fputs("\r\033[K", stderr);
     progress_shown = false;

@@ -94,8 +94,8 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   c->on_done = std::move(on_done);
   const std::string id = c->id;
   if (cfg_.on_event)
-    cfg_.on_event({{"event", "queued"}, {"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent},
-                   {"description", req.description}});
+    cfg_.on_event(make_event(EventKind::queued, {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent},
+                   {"description", req.description}}));
   children_[id] = std::move(c);
   queue_.push_back(id);
   pump();
@@ -309,7 +309,7 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
 
 void Hub::deliver(Child& c, protocol::Envelope e) {
   if (!c.records && cfg_.audit) {  // never started: still on the record
-    cfg_.audit->record({{"event", "envelope"}, {"envelope", protocol::to_json(e)}}, {c.id, c.preset->name, cfg_.parent});
+    cfg_.audit->record(make_event(EventKind::envelope, {{"envelope", protocol::to_json(e)}}), {c.id, c.preset->name, cfg_.parent});
   }
   c.state = ChildState::done;
   c.envelope = e;
@@ -323,7 +323,7 @@ void Hub::deliver(Child& c, protocol::Envelope e) {
   shown->workspace_mode = c.preset->workspace_mode;
   c.preset = std::move(shown);
   if (cfg_.on_event)
-    cfg_.on_event({{"event", "delivered"}, {"child", c.id}, {"status", protocol::to_string(e.status)}});
+    cfg_.on_event(make_event(EventKind::delivered, {{"child", c.id}, {"status", protocol::to_string(e.status)}}));
   auto done = std::move(c.on_done);
   c.on_done = nullptr;
   if (done) done(e);

@@ -86,14 +86,14 @@ void SessionRecords::on_event(const json& event) {
   json clean;
   try {
     clean = scrubber_->scrub_json(event);
-    const std::string kind = clean.is_object() ? clean.value("event", "") : "";
-    if (kind == "envelope") envelope_seen_ = true;
+    const std::optional<EventKind> kind = event_kind(clean);
+    if (kind == EventKind::envelope) envelope_seen_ = true;
     if (transcript_) {
       const std::string before = transcript_->error();
       transcript_->record(clean);
       const std::string& after = transcript_->error();
       if (!after.empty() && after != before) report("transcript: " + after);
-      if (kind == "envelope" && clean.contains("envelope") && clean["envelope"].is_object())
+      if (kind == EventKind::envelope && clean.contains("envelope") && clean["envelope"].is_object())
         clean["envelope"]["transcript"] =
             transcript_->finished() && after.empty() ? json(transcript_->path().string()) : json(nullptr);
     }

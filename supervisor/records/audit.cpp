@@ -31,20 +31,31 @@ AuditLog::~AuditLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool AuditLog::audited(std::string_view event) noexcept {
-  return event == "spawn" || event == "tool_decision" || event == "approval" || event == "denial" || event == "budget" ||
-         event == "kill" || event == "cancel" || event == "failure" || event == "envelope";
+bool AuditLog::audited(std::optional<EventKind> kind) noexcept {
+  if (!kind) return false;
+  switch (*kind) {
+    case EventKind::spawn:
+    case EventKind::tool_decision:
+    case EventKind::approval:
+    case EventKind::denial:
+    case EventKind::budget:
+    case EventKind::kill:
+    case EventKind::cancel:
+    case EventKind::failure:
+    case EventKind::envelope: return true;
+    default: return false;
+  }
 }
 
 json AuditLog::line_for(const json& event, const AuditContext& who) const {
-  const std::string kind = event.is_object() ? event.value("event", "") : "";
+  const std::optional<EventKind> kind = event_kind(event);
   if (!audited(kind)) return nullptr;
   json line = {{"time", rfc3339_utc()},
-               {"event", kind},
+               {"event", to_string(*kind)},
                {"child", who.child.empty() ? event.value("child", "") : who.child},
                {"preset", who.preset},
                {"parent", who.parent}};
-  if (kind == "envelope") {
+  if (kind == EventKind::envelope) {
     const json& e = event.contains("envelope") ? event["envelope"] : json::object();
     for (const char* k : {"status", "budget", "reason", "steps", "tool_calls", "tools_used", "tools_denied", "usage",
                           "duration_ms", "exit", "transcript", "sandbox_missing"})
@@ -53,7 +64,7 @@ json AuditLog::line_for(const json& event, const AuditContext& who) const {
   } else {
     for (auto it = event.begin(); it != event.end(); ++it)
       if (!line.contains(it.key())) line[it.key()] = it.value();
-    if (kind == "spawn" && line["preset"].get_ref<const std::string&>().empty() && event.contains("preset"))
+    if (kind == EventKind::spawn && line["preset"].get_ref<const std::string&>().empty() && event.contains("preset"))
       line["preset"] = event["preset"];
   }
   scrubber_->scrub_in_place(line);

@@ -1,4 +1,7 @@
 // Command-line front ends. Each returns the process exit status.
+//
+// Errors: exceptions, caught once in main(): UsageError exits 64 (the command line was wrong),
+// SetupError 125 (it could not be set up), anything else 125 with its message.
 #pragma once
 
 #include <filesystem>

@@ -10,6 +10,8 @@
 //
 // A supervisor run from its own build directory (build/bin/) finds the child next to itself and the
 // presets in the checkout it was built from.
+//
+// Errors: exceptions (SetupError naming every place looked at).
 
 #include <filesystem>
 #include <string>

@@ -1,5 +1,7 @@
 // The parent control protocol (`serve`): JSON-lines requests from a parent agent, specified in
 // protocol/README.md ("Control protocol"). Parsing helpers shared by `serve` and `mcp`.
+//
+// Errors: the parsers throw BadRequest naming the field; the server answers it as an "error" message.
 #pragma once
 
 #include <nlohmann/json.hpp>

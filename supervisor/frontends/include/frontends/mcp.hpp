@@ -2,6 +2,9 @@
 // line on stdin/stdout, as the MCP stdio transport specifies. This header holds the pure parts
 // (message classification, version negotiation, tool definitions, tool arguments) so they can be
 // tested and fuzzed without a server; mcp_server.cpp holds the server.
+//
+// Errors: the argument parsers throw BadRequest naming the field (the server turns it into a JSON-RPC
+// or tool error); classify() never throws.
 #pragma once
 
 #include <optional>

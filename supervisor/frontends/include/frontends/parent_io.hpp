@@ -1,6 +1,8 @@
 // The parent's side of the supervisor: JSON lines in on one fd, JSON lines out on another, on the
 // io_context thread. Used by `serve` and `mcp`. A parent that sends garbage gets an error line and
 // the supervisor keeps going; end of input is reported once.
+//
+// Errors: none thrown; a bad line goes to on_bad_line, the end of input to on_end.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -1,6 +1,8 @@
 // The loop every parent-facing front end runs: the parent's messages on stdin, replies on stdout,
 // SIGINT and SIGTERM taken as "end", and the orderly end (every child cancelled and its envelope
 // delivered, the output flushed) before the io_context stops.
+//
+// Errors: none thrown; every way of ending (input closed, SIGINT, SIGTERM) goes through on_end.
 #pragma once
 
 #include <cstddef>

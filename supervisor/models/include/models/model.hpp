@@ -3,6 +3,9 @@
 //
 // Threading: providers run on the supervisor's io_context thread; `done` is invoked on that thread,
 // exactly once per start(), unless cancel() was called first (then never).
+//
+// Errors: a bad model spec throws ModelSpecError; a failed call is a value, ModelReply with ok=false
+// and error_code, delivered to the callback.
 #pragma once
 
 #include <chrono>

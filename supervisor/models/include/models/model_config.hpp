@@ -3,6 +3,9 @@
 // A config never holds an API key: it names the environment variable that does (api_key_env). Keys
 // are read from the environment when a provider is made, kept in the supervisor only, and never
 // appear in describe(), logs, errors, transcripts or envelopes.
+//
+// Errors: exceptions (std::runtime_error naming the file and field) while reading the config; none
+// afterwards.
 #pragma once
 
 #include <chrono>

@@ -5,6 +5,9 @@
 // holds (done on the io thread, exactly once per start() unless cancel() came first). They cut a stream
 // that would pass the call's output cap (finish_reason "budget"), retry 429 / 5xx / connection errors
 // with backoff and jitter, honour Retry-After, and never wait past ModelCall::deadline.
+//
+// Errors: as model.hpp: a failed call is a ModelReply with ok=false; only make_provider throws
+// (ModelSpecError).
 #pragma once
 
 #include <memory>

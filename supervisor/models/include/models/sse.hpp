@@ -1,4 +1,6 @@
 // Server-sent events (the WHATWG event-stream format) parsed incrementally, as bytes arrive.
+//
+// Errors: none thrown; feed() returns false and error() says why.
 #pragma once
 
 #include <cstddef>

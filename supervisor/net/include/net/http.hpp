@@ -10,6 +10,9 @@
 //
 // Lifetime: the client is an io_context service (one per io_context, created on first use, destroyed
 // with the io_context). Transfers still running at shutdown are dropped without their handlers.
+//
+// Errors: a transfer's failure is a value (Response::error) given to its callback; start() throws
+// std::invalid_argument only for a request curl refuses outright.
 #pragma once
 
 #include <chrono>

@@ -11,6 +11,8 @@
 //      child wrote - read only the repository it was given (a symlink planted in it that leads
 //      elsewhere is unreadable) and the system's libraries, and write only where the step must.
 // Blocking; call on the thread that should outlive the step (PR_SET_PDEATHSIG).
+//
+// Errors: exceptions (std::runtime_error naming the step and git's message).
 #pragma once
 
 #include <cstddef>

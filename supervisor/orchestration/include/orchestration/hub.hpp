@@ -4,6 +4,9 @@
 // their work into patches. Front ends (`serve`, `mcp`) sit on top of it.
 //
 // Single-threaded: every method must be called on the io_context's thread.
+//
+// Errors: spawn() throws ScopeError or WideningError (scope.hpp) naming the field; once accepted, every
+// failure ends in the child's envelope.
 #pragma once
 
 #include <chrono>

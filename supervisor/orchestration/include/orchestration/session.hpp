@@ -5,6 +5,9 @@
 // deadline, one fail() sink. Everything runs on the io_context's single thread; the public methods
 // must be called on that thread too. The session keeps itself alive (shared_from_this) until on_done
 // has run. Only this class reaps its child.
+//
+// Errors: none thrown once start() is called; every failure (launch, protocol, budget, model) ends in
+// the envelope's status and reason.
 #pragma once
 
 #include <array>
@@ -31,6 +34,7 @@
 #include "web/brokered_tools.hpp"
 #include "orchestration/budget_meter.hpp"
 #include "orchestration/budgets.hpp"
+#include "records/events.hpp"
 #include "models/model.hpp"
 #include "policy/preset.hpp"
 

@@ -1,5 +1,8 @@
 // Safe writers: one writer per workspace (an exclusive lock keyed by the directory's identity), and
 // isolated worktrees whose work comes back as a patch the parent applies explicitly.
+//
+// Errors: exceptions (std::runtime_error naming the path, or git's message); remove_worktree never
+// throws.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 // `policy check`: schema validation, the file's own consistency, lints for what is dangerous in any
 // preset, and widening against the shipped preset of the same name.
+//
+// Errors: none thrown; problems are Findings with a severity and a JSON pointer.
 #pragma once
 
 #include <filesystem>

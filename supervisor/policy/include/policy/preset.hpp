@@ -1,5 +1,8 @@
 // A preset: one policy file from policies/ (JSON with comments), parsed and validated.
 // The file is the single source of what a child of that preset may do; nothing in code widens it.
+//
+// Errors: exceptions (PresetError naming the file and the field); decide() and the other queries never
+// throw.
 #pragma once
 
 #include <chrono>

@@ -4,6 +4,9 @@
 // interleave within a line. Line format and jq recipes: docs/transcripts.md.
 //
 // Threading: record() may be called from any thread (one write per line, no shared buffer).
+//
+// Errors: never thrown from recording: record() returns the error naming the file, and the session goes
+// on.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "records/events.hpp"
 #include "records/scrub.hpp"
 
 namespace supervisor {
@@ -41,8 +45,8 @@ class AuditLog {
   AuditLog(const AuditLog&) = delete;
   AuditLog& operator=(const AuditLog&) = delete;
 
-  // Whether events of this kind ("spawn", "tool_decision", ...) go to the audit log.
-  static bool audited(std::string_view event) noexcept;
+  // Whether events of this kind (spawn, tool_decision, ...) go to the audit log.
+  static bool audited(std::optional<EventKind> kind) noexcept;
 
   // The line that would be written for a session event, or null for an event that is not audited.
   nlohmann::json line_for(const nlohmann::json& event, const AuditContext& who) const;

@@ -20,6 +20,8 @@
 // the candidates in a single DFA pass; only a hit pays for working out which kind it was.
 //
 // Thread-safety: a constructed Scrubber is immutable; its const methods may be called from any thread.
+//
+// Errors: building a scrubber from a file throws std::runtime_error naming it; scrubbing never throws.
 #pragma once
 
 #include <cstddef>

@@ -16,6 +16,8 @@
 // were (a program reading them, or `cat` of a transcript, is the reader's choice). One exception: the
 // child's stderr and log lines that `run` and `mcp` print as "[subagent:ID] ..." are escaped wherever
 // they go, since a harness that captures stderr shows it to a person, and the prefix must hold there.
+//
+// Errors: none; every byte has an escaped form.
 #pragma once
 
 #include <cstdio>

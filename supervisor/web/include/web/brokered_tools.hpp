@@ -1,6 +1,8 @@
 // The interface of tools the supervisor runs itself, outside the child's sandbox, on a child's behalf
 // (web_tools.hpp: web_fetch and web_search). A session hands such a call to the BrokeredTools its
 // config holds instead of to the child.
+//
+// Errors: none thrown; a failed tool call is done(false, why) and reaches the child as a tool error.
 #pragma once
 
 #include <functional>

@@ -1,4 +1,7 @@
 // Wiring of the brokered web tools (web_fetch, web_search) for presets that offer them.
+//
+// Errors: none thrown once the tools are made; a refused or failed fetch is a tool error the model
+// reads.
 #pragma once
 
 #include <memory>

@@ -11,6 +11,8 @@
 // Proxies from the environment are never used for web_fetch (a proxy would hide the real address).
 //
 // Threading: one object serves many children; call it on the io_context's thread only.
+//
+// Errors: none thrown from run(); a refused address, a bad URL or a failed fetch is done(false, why).
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,211 @@
+// ChildSession's I/O (session.hpp): reading and decoding the child's protocol lines, its stderr and
+// log, its exit through the pidfd, and the write queue to its stdin.
+#include "orchestration/session.hpp"
+
+#include <sys/wait.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <csignal>
+#include <cstring>
+
+namespace supervisor {
+
+namespace asio = boost::asio;
+namespace proto = protocol;
+using nlohmann::json;
+
+
+// ---- reading the child ---------------------------------------------------------------------------
+
+void ChildSession::do_read() {
+  from_child_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                                    std::size_t n) {
+    self->on_read(ec, n);
+  });
+}
+
+void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
+  std::vector<proto::Frame> frames;
+  if (ec) {
+    reader_.finish(frames);
+  } else {
+    reader_.feed(std::string_view(read_buf_.data(), n), frames);
+  }
+  for (auto& f : frames) {
+    if (state_ == State::finishing || state_ == State::done) break;
+    handle_frame(f);
+  }
+  if (ec) {
+    stdout_eof_ = true;
+    boost::system::error_code ignored;
+    from_child_.close(ignored);
+    if (!exited_ && !final_ && state_ != State::finishing && state_ != State::done) {
+      // Its output closed but the child lives on: it can never report again. A child that is just
+      // exiting closes stdout a moment before the kernel says it exited, so wait that moment first.
+      stdout_closed_timer_.expires_after(cfg_.exit_grace);
+      stdout_closed_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+        if (e || self->exited_ || self->final_) return;
+        self->fail(proto::Status::protocol_error,
+                   "protocol error: the child closed its stdout but kept running (still alive " +
+                       std::to_string(self->cfg_.exit_grace.count()) + " ms later)");
+      });
+    }
+    maybe_finish();
+    return;
+  }
+  do_read();
+}
+
+void ChildSession::handle_frame(proto::Frame& f) {
+  if (f.error != proto::FrameError::none) {
+    std::string what = std::string("protocol error: ") + proto::to_string(f.error);
+    if (f.error == proto::FrameError::line_too_long)
+      what += " (a line of at least " + std::to_string(f.size) + " bytes; the limit is " +
+              std::to_string(reader_.max_line()) + ")";
+    else if (f.error == proto::FrameError::truncated)
+      what += " (the child's output ended inside a line of " + std::to_string(f.size) + " bytes)";
+    else
+      what += " (a line of " + std::to_string(f.size) + " bytes is not valid UTF-8)";
+    fail(proto::Status::protocol_error, what);
+    return;
+  }
+  if (f.line.empty()) return;  // blank lines are allowed and ignored
+  auto decoded = proto::decode_child_message(f.line);
+  if (!decoded) {
+    fail(proto::Status::protocol_error, "protocol error: " + decoded.error);
+    return;
+  }
+  const auto& m = *decoded.message;
+  if (state_ == State::handshake && !std::holds_alternative<proto::Hello>(m) && !std::holds_alternative<proto::Log>(m)) {
+    fail(proto::Status::protocol_error,
+         std::string("protocol error: expected hello first, got ") + proto::type_name(m));
+    return;
+  }
+  std::visit([this](const auto& msg) { handle(msg); }, m);
+}
+
+namespace {
+// What one child may send to the parent's log, stderr lines and `log` messages together: a child
+// that floods its log must not flood the parent (or the supervisor's queue to a slow parent).
+constexpr std::size_t kMaxLogBytes = 1 << 20;
+}  // namespace
+
+void ChildSession::handle(const proto::Log& m) {
+  if (!cfg_.on_log || stderr_logged_ > kMaxLogBytes) return;
+  std::string line = "[subagent:" + cfg_.id + "] " + (m.level.empty() ? "" : m.level + ": ") + m.message;
+  stderr_logged_ += line.size();
+  cfg_.on_log(line);
+  if (stderr_logged_ > kMaxLogBytes)
+    cfg_.on_log("[subagent:" + cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
+}
+
+// ---- stderr, exit, timers ------------------------------------------------------------------------
+
+void ChildSession::do_read_stderr() {
+  child_err_.async_read_some(asio::buffer(err_buf_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                                   std::size_t n) {
+    std::vector<proto::Frame> frames;
+    if (ec) self->err_reader_.finish(frames);
+    else self->err_reader_.feed(std::string_view(self->err_buf_.data(), n), frames);
+    for (const auto& f : frames) {
+      if (!self->cfg_.on_log || self->stderr_logged_ > kMaxLogBytes) continue;
+      std::string text = f.error == proto::FrameError::none ? f.line
+                         : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
+                         : f.error == proto::FrameError::truncated ? "(an unterminated line)"
+                                                                   : "(a line over 4096 bytes, dropped)";
+      self->stderr_logged_ += text.size();
+      self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
+      if (self->stderr_logged_ > kMaxLogBytes)
+        self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
+    }
+    if (ec) {
+      boost::system::error_code ignored;
+      self->child_err_.close(ignored);
+      return;
+    }
+    self->do_read_stderr();
+  });
+}
+
+void ChildSession::wait_exit() {
+  pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    siginfo_t info{};
+    int rc;
+    while ((rc = ::waitid(P_PIDFD, static_cast<id_t>(self->pidfd_.native_handle()), &info,
+                          WEXITED | WNOHANG)) < 0 &&
+           errno == EINTR) {
+    }
+    // Asio made the pidfd non-blocking: then a child that has not exited yet gives EAGAIN.
+    if ((rc == 0 && info.si_pid == 0) || (rc < 0 && errno == EAGAIN)) {
+      // Not exited yet: look again shortly rather than spin on a level-triggered wake-up.
+      self->rewait_.expires_after(std::chrono::milliseconds(5));
+      self->rewait_.async_wait([self](boost::system::error_code e) {
+        if (!e) self->wait_exit();
+      });
+      return;
+    }
+    int status = 0;
+    if (rc == 0) {
+      if (info.si_code == CLD_EXITED) status = W_EXITCODE(info.si_status, 0);
+      else status = info.si_status & 0x7f;  // killed or dumped: the signal number
+    }
+    self->on_exit(status);
+  });
+}
+
+void ChildSession::on_exit(int status) {
+  exited_ = true;
+  if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
+  boost::system::error_code close_ec;
+  pidfd_.close(close_ec);
+  // The leader is gone; anything it left behind in its process group goes too.
+  ::kill(-pid_, SIGKILL);
+  sandbox::release(launched_);
+  emit(make_event(EventKind::exit, {{"code", exit_.code ? json(*exit_.code) : json(nullptr)},
+        {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}}));
+  if (!stdout_eof_) {
+    // Give buffered output a moment to drain; a grandchild holding the pipe must not keep us waiting.
+    drain_timer_.expires_after(std::chrono::milliseconds(200));
+    drain_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      if (e || self->stdout_eof_) return;
+      self->stdout_eof_ = true;
+      boost::system::error_code ignored;
+      self->from_child_.cancel(ignored);
+      self->maybe_finish();
+    });
+  }
+  maybe_finish();
+}
+
+// ---- writing -------------------------------------------------------------------------------------
+
+void ChildSession::send(const proto::SupervisorMessage& m) {
+  if (pid_ <= 0 || exited_ || !to_child_.is_open()) return;
+  write_queue_.push_back(proto::encode_line(m));
+  if (!writing_) do_write();
+}
+
+void ChildSession::do_write() {
+  if (write_queue_.empty()) {
+    writing_ = false;
+    return;
+  }
+  writing_ = true;
+  asio::async_write(to_child_, asio::buffer(write_queue_.front()),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      self->write_queue_.pop_front();
+                      if (ec) {  // the child closed its stdin or died: nothing more to say to it
+                        self->write_queue_.clear();
+                        self->writing_ = false;
+                        boost::system::error_code ignored;
+                        self->to_child_.close(ignored);
+                        return;
+                      }
+                      self->do_write();
+                    });
+}
+
+}  // namespace supervisor
