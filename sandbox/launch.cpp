@@ -21,7 +21,6 @@
 #include "cgroup.hpp"
 #include "interpreter.hpp"
 #include "landlock.hpp"
-#include "layer_names.hpp"
 #include "namespaces.hpp"
 #include "plan.hpp"
 #include "rootfs.hpp"
@@ -431,62 +430,63 @@ PlanPtr prepare(const Policy& policy, const LaunchRequest& request) {
   if (plan->private_home && plan->home_writable) {
     // A tmpfs's pages are no process's address space: only the memory cap counts them.
     const bool capped = std::any_of(tree_layers.begin(), tree_layers.end(),
-                                    [](const LayerStatus& l) { return l.name == "memory_cap" && l.applied; });
+                                    [](const LayerStatus& l) { return l.layer == Layer::kMemoryCap && l.applied; });
     plan->home_size = capped ? "256m" : "64m";
     root_layers.read_only_host.detail +=
         capped ? " (at most 256 MiB, counted in the memory cap)"
                : " (at most 64 MiB: without the memory cap nothing else would count it)";
   }
 
-  auto ns_layer = [&](const char* layer, const char* name, unsigned long flag, std::string how) {
+  auto ns_layer = [&](Layer layer, const char* name, unsigned long flag, std::string how) {
     if (flags & flag) return LayerStatus{layer, true, std::move(how)};
     if (!wants(name)) return LayerStatus{layer, false, "not requested by the policy"};
     return LayerStatus{layer, false, ns_detail[name]};
   };
   const bool bounding = plan->have_setpcap;
   plan->layers = {
-      {"no_new_privs", true, "PR_SET_NO_NEW_PRIVS"},
-      {"capabilities", true,
+      {Layer::kNoNewPrivs, true, "PR_SET_NO_NEW_PRIVS"},
+      {Layer::kCapabilities, true,
        bounding ? "effective, permitted, inheritable, ambient and bounding sets emptied; "
                   "securebits NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE locked"
                 : "effective, permitted, inheritable and ambient sets emptied; bounding set kept "
                   "(no CAP_SETPCAP), which cannot grant anything under no_new_privs"},
-      {"session", true, "setsid: new session, no controlling terminal"},
-      {"pdeathsig", true, "SIGKILL when the launching thread exits"},
-      {"close_fds", true, "only fds 0, 1 and 2 stay open"},
-      {"clean_env", true, std::to_string(env.size()) + " variables: " + env_names},
-      {"rlimits", true, limits},
-      {"landlock", landlock.fd >= 0, landlock.detail},
-      {"landlock_scopes", landlock.scoped,
+      {Layer::kSession, true, "setsid: new session, no controlling terminal"},
+      {Layer::kPdeathsig, true, "SIGKILL when the launching thread exits"},
+      {Layer::kCloseFds, true, "only fds 0, 1 and 2 stay open"},
+      {Layer::kCleanEnv, true, std::to_string(env.size()) + " variables: " + env_names},
+      {Layer::kRlimits, true, limits},
+      {Layer::kLandlock, landlock.fd >= 0, landlock.detail},
+      {Layer::kLandlockScopes, landlock.scoped,
        landlock.scoped ? "signals and abstract unix sockets scoped to the sandbox"
                        : "needs Landlock ABI 6 (Linux 6.12); this kernel has ABI " +
                              std::to_string(landlock.abi)},
-      {"seccomp", true,
+      {Layer::kSeccomp, true,
        std::to_string(plan->bpf.size()) + " BPF instructions; see the syscall table"},
-      ns_layer("user_namespace", "user", CLONE_NEWUSER,
+      ns_layer(Layer::kUserNamespace, "user", CLONE_NEWUSER,
                plan->identity ? "uid " + std::to_string(plan->inner_uid) + " and gid " +
                                     std::to_string(plan->inner_gid) +
                                     " mapped to the child's own host id (see identity)"
                               : "identity map of uid " + std::to_string(plan->uid) +
                                     " and gid " + std::to_string(plan->gid)),
-      ns_layer("pid_namespace", "pid", CLONE_NEWPID,
+      ns_layer(Layer::kPidNamespace, "pid", CLONE_NEWPID,
                plan->init ? "a minimal init is PID 1 and the target its child; every "
                             "descendant dies with the init, which ends with the target"
                           : "the target is PID 1; every descendant dies with it"),
       ns_layer(
-          "net_namespace", "net", CLONE_NEWNET,
+          Layer::kNetNamespace, "net", CLONE_NEWNET,
           plan->loopback ? "no interfaces but loopback (up)" : "no interfaces (loopback down)"),
-      ns_layer("ipc_namespace", "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
-      ns_layer("uts_namespace", "uts", CLONE_NEWUTS, "private hostname"),
-      ns_layer("mount_namespace", "mount", CLONE_NEWNS, "private mount table" + protected_detail),
+      ns_layer(Layer::kIpcNamespace, "ipc", CLONE_NEWIPC, "private System V IPC and POSIX queues"),
+      ns_layer(Layer::kUtsNamespace, "uts", CLONE_NEWUTS, "private hostname"),
+      ns_layer(Layer::kMountNamespace, "mount", CLONE_NEWNS, "private mount table" + protected_detail),
       root_layers.read_only_host,
       root_layers.identity,
       root_layers.idmapped_roots,
   };
   for (LayerStatus& l : tree_layers) plan->layers.push_back(std::move(l));
-  for (const std::string& name : policy.required) {
+  for (const std::string& name : policy.required) {  // names parse_policy checked
+    const std::optional<Layer> layer = parse_layer(name);
     auto it = std::find_if(plan->layers.begin(), plan->layers.end(),
-                           [&](const LayerStatus& l) { return l.name == name; });
+                           [&](const LayerStatus& l) { return layer && l.layer == *layer; });
     if (it == plan->layers.end() || !it->applied)
       throw error("requires the '" + name + "' layer, which is not available: " +
                   (it == plan->layers.end() ? "unknown layer" : it->detail));

@@ -204,11 +204,17 @@ TEST_CASE("layers() reports every layer, and kernel_support() what the kernel of
   TempDir ws;
   auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
   auto layers = sandbox::layers(*plan);
-  REQUIRE(layers.size() == 22);  // sandbox::kLayerNames
-  for (const auto& layer : layers) {
+  REQUIRE(layers.size() == 22);  // sandbox::kLayers
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& layer = layers[i];
     INFO(layer.name << ": " << layer.detail);
     CHECK(!layer.detail.empty());
+    CHECK(layer.layer == sandbox::kLayers[i]);
+    CHECK(layer.name == sandbox::to_string(layer.layer));
+    CHECK(sandbox::parse_layer(layer.name) == layer.layer);
   }
+  CHECK(!sandbox::parse_layer("landlocks"));
+  CHECK(!sandbox::parse_layer(""));
   auto support = sandbox::kernel_support();
   REQUIRE(support.size() == 22);
   CHECK(support[7].name == "landlock");

@@ -14,8 +14,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "sandbox/layer.hpp"
 #include "sandbox/policy.hpp"
 
 namespace sandbox {
@@ -54,7 +56,11 @@ struct LaunchRequest {
 };
 
 struct LayerStatus {
-  std::string name;    // e.g. "seccomp", "landlock", "pid_namespace"
+  LayerStatus() = default;
+  LayerStatus(Layer layer, bool applied, std::string detail)
+      : layer(layer), name(to_string(layer)), applied(applied), detail(std::move(detail)) {}
+  Layer layer = Layer::kNoNewPrivs;
+  std::string name;    // to_string(layer), e.g. "seccomp": the spelling reports and policies use
   bool applied = false;
   std::string detail;  // e.g. "ABI 7", or why it is missing
 };
