@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "cgroup.hpp"
 #include "namespaces.hpp"
@@ -24,6 +26,14 @@ class Fd {
   explicit Fd(int fd = -1) : fd_(fd) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
   ~Fd() { reset(); }
   int get() const { return fd_; }
   void reset() {
@@ -122,21 +132,134 @@ Plan::~Plan() {
 
 void PlanDeleter::operator()(Plan* p) const noexcept { delete p; }
 
-Child launch(const Plan& plan) {
+// Everything one launch holds between start() and the end of finish().
+struct PendingLaunch::State {
+  const Plan* plan = nullptr;
+  Fd status_read, sync_write;
+  std::optional<LaunchCgroups> cgroups;
+  bool v2_by_pid = false;  // cgroup v2 without CLONE_INTO_CGROUP: the parent moves the child
+  bool released = false;   // the id maps, cgroup and root fds are done and the child is released
+  Child child;             // pid and pidfd until finish() hands them over (then pid is -1)
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (child.pid > 0) abandon();  // started, never finished: no child outlives its launch
+  }
+
+  void abandon() noexcept {
+    ::kill(child.pid, SIGKILL);
+    reap(child.pid);
+    ::close(child.pidfd);
+    child.pid = -1;
+    child.pidfd = -1;
+  }
+
+  // Reads one record: EOF means execve succeeded; a record names a step (kMapsReady, or a
+  // failure). nullopt: nothing to read yet (a non-blocking fd that was not readable).
+  std::optional<bool> read_status(StatusRecord* record) {
+    ssize_t n;
+    while ((n = ::read(status_read.get(), record, sizeof *record)) < 0 && errno == EINTR) {
+    }
+    if (n == 0 || n == static_cast<ssize_t>(sizeof *record)) return n != 0;
+    int read_errno = errno;
+    if (n < 0 && (read_errno == EAGAIN || read_errno == EWOULDBLOCK)) return std::nullopt;
+    abandon();
+    throw SandboxError(std::string("launch: reading the child's status failed: ") +
+                       (n < 0 ? std::strerror(read_errno) : "short record"));
+  }
+
+  [[noreturn]] void step_failed(const StatusRecord& record) {
+    abandon();
+    std::string what =
+        std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
+    if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan->executable + "'";
+    what += std::string(": ") + std::strerror(record.error);
+    if (static_cast<Step>(record.step) == Step::kExecve && record.error == EACCES && !plan->exec_hint.empty())
+      what += " (" + plan->exec_hint + ")";
+    if (static_cast<Step>(record.step) == Step::kExecve) throw ExecError(what, record.error);
+    throw SandboxError(what);
+  }
+
+  // The parent's half before the child may go on: its id maps, its cgroup (v2 without
+  // CLONE_INTO_CGROUP), the new root's clones; then one byte (with the fds) releases it.
+  void release_child() {
+    std::vector<int> root_fds;
+    try {
+      if (plan->identity) {
+        const uid_t outside = kIdentityBase + static_cast<uid_t>(child.pid);
+        write_id_maps(child.pid, plan->inner_uid, outside, plan->inner_gid, outside, plan->drop_groups);
+      } else if (plan->user_ns) {
+        write_id_maps(child.pid, plan->uid, plan->gid, plan->drop_groups);
+      }
+      if (v2_by_pid) cgroups->add_to_v2(child.pid);
+      if (plan->parent_clones) root_fds = clone_roots(*plan, child.pid);
+      send_release(sync_write.get(), root_fds);
+    } catch (...) {
+      for (int fd : root_fds) ::close(fd);
+      abandon();
+      throw;
+    }
+    for (int fd : root_fds) ::close(fd);
+    sync_write.reset();
+    released = true;
+  }
+};
+
+PendingLaunch::PendingLaunch(std::unique_ptr<State> state) noexcept : state_(std::move(state)) {}
+PendingLaunch::PendingLaunch(PendingLaunch&&) noexcept = default;
+PendingLaunch& PendingLaunch::operator=(PendingLaunch&&) noexcept = default;
+PendingLaunch::~PendingLaunch() = default;
+
+pid_t PendingLaunch::pid() const noexcept { return state_ ? state_->child.pid : -1; }
+int PendingLaunch::pidfd() const noexcept { return state_ ? state_->child.pidfd : -1; }
+int PendingLaunch::status_fd() const noexcept { return state_ ? state_->status_read.get() : -1; }
+
+std::optional<Child> PendingLaunch::finish() {
+  if (!state_ || state_->child.pid <= 0)
+    throw SandboxError("launch: finish() called on a launch that is already over");
+  State& s = *state_;
+  StatusRecord record{};
+  const std::optional<bool> got = s.read_status(&record);
+  if (!got) return std::nullopt;  // not readable yet: wait for status_fd() again
+  if (!s.released) {              // only with dumpable_for_maps: the child waits for its id maps
+    if (!*got) {
+      s.abandon();
+      throw SandboxError("launch: the child exited before its id maps were written");
+    }
+    if (static_cast<Step>(record.step) != Step::kMapsReady) s.step_failed(record);
+    s.release_child();
+    return std::nullopt;
+  }
+  if (*got) s.step_failed(record);
+  // close-on-exec closed the pipe: execve succeeded
+  Child child = s.child;
+  if (s.cgroups) child.cgroups = s.cgroups->release();
+  s.child.pid = -1;
+  s.child.pidfd = -1;
+  state_.reset();
+  return child;
+}
+
+PendingLaunch start(const Plan& plan) {
   int status_pipe[2], sync_pipe[2];  // sync: a socket, to pass the new root's fds (rootfs.hpp)
   if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
     int err = errno;
     throw SandboxError(std::string("launch: pipe2 failed: ") + std::strerror(err));
   }
-  Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
+  auto state = std::make_unique<PendingLaunch::State>();
+  state->plan = &plan;
+  Fd status_write(status_pipe[1]);
+  state->status_read = Fd(status_pipe[0]);
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_pipe) != 0) {
     int err = errno;
     throw SandboxError(std::string("launch: socketpair failed: ") + std::strerror(err));
   }
-  Fd sync_read(sync_pipe[0]), sync_write(sync_pipe[1]);
+  Fd sync_read(sync_pipe[0]);
+  state->sync_write = Fd(sync_pipe[1]);
 
-  Child child;
-  std::optional<LaunchCgroups> cgroups;
+  std::optional<LaunchCgroups>& cgroups = state->cgroups;
   if (!plan.cgroups.empty()) cgroups.emplace(plan.cgroups);
   ChildFds fds{status_write.get(), sync_read.get(), cgroups ? cgroups->join_fds() : nullptr,
                cgroups ? cgroups->join_count() : 0};
@@ -174,70 +297,22 @@ Child launch(const Plan& plan) {
   if (cgroups) cgroups->close_fds();
   if (pid < 0)
     throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
-  child.pid = static_cast<pid_t>(pid);
-  child.pidfd = pidfd;
+  state->child.pid = static_cast<pid_t>(pid);
+  state->child.pidfd = pidfd;
+  state->v2_by_pid = v2_by_pid;
   status_write.reset();
   sync_read.reset();
+  // Without dumpable_for_maps the child waits for nothing but the release: give it now, so that
+  // the next news on the status pipe is exec or a failed step.
+  if (!plan.dumpable_for_maps) state->release_child();
+  return PendingLaunch(std::move(state));
+}
 
-  auto abandon = [&]() noexcept {
-    ::kill(child.pid, SIGKILL);
-    reap(child.pid);
-    ::close(child.pidfd);
-  };
-  // Reads one record: EOF means execve succeeded; a record names a step (kMapsReady, or a failure).
-  auto read_status = [&](StatusRecord* record) {
-    ssize_t n;
-    while ((n = ::read(status_read.get(), record, sizeof *record)) < 0 && errno == EINTR) {
-    }
-    if (n == 0 || n == static_cast<ssize_t>(sizeof *record)) return n != 0;
-    int read_errno = errno;
-    abandon();
-    throw SandboxError(std::string("launch: reading the child's status failed: ") +
-                       (n < 0 ? std::strerror(read_errno) : "short record"));
-  };
-  auto step_failed = [&](const StatusRecord& record) -> SandboxError {
-    abandon();
-    std::string what =
-        std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
-    if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan.executable + "'";
-    what += std::string(": ") + std::strerror(record.error);
-    if (static_cast<Step>(record.step) == Step::kExecve && record.error == EACCES && !plan.exec_hint.empty())
-      what += " (" + plan.exec_hint + ")";
-    if (static_cast<Step>(record.step) == Step::kExecve) throw ExecError(what, record.error);
-    return SandboxError(what);
-  };
-  StatusRecord record{};
-  if (plan.dumpable_for_maps) {
-    if (!read_status(&record)) {
-      abandon();
-      throw SandboxError("launch: the child exited before its id maps were written");
-    }
-    if (static_cast<Step>(record.step) != Step::kMapsReady) throw step_failed(record);
+Child launch(const Plan& plan) {
+  PendingLaunch pending = start(plan);
+  for (;;) {  // the status fd is blocking: each finish() waits for the child's next record
+    if (std::optional<Child> child = pending.finish()) return std::move(*child);
   }
-  std::vector<int> root_fds;
-  try {
-    if (plan.identity) {
-      const uid_t outside = kIdentityBase + static_cast<uid_t>(child.pid);
-      write_id_maps(child.pid, plan.inner_uid, outside, plan.inner_gid, outside, plan.drop_groups);
-    } else if (plan.user_ns) {
-      write_id_maps(child.pid, plan.uid, plan.gid, plan.drop_groups);
-    }
-    if (v2_by_pid) cgroups->add_to_v2(child.pid);
-    if (plan.parent_clones) root_fds = clone_roots(plan, child.pid);
-    send_release(sync_write.get(), root_fds);
-  } catch (...) {
-    for (int fd : root_fds) ::close(fd);
-    abandon();
-    throw;
-  }
-  for (int fd : root_fds) ::close(fd);
-  sync_write.reset();
-
-  if (!read_status(&record)) {  // close-on-exec closed the pipe: execve succeeded
-    if (cgroups) child.cgroups = cgroups->release();
-    return child;
-  }
-  throw step_failed(record);
 }
 
 void release(const Child& child) noexcept { remove_cgroups(child.cgroups); }

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -83,12 +84,58 @@ struct Child {
   std::vector<std::string> cgroups;  // per-launch cgroups (tree limits); release() after reaping
 };
 
-// Forks the plan's target. Blocks until the child has exec'd (or failed a step: then the child is
-// reaped here and SandboxError names the step, e.g. "sandbox step 'landlock_restrict_self' failed:
-// Operation not permitted"). A plan may be launched more than once. With a PID namespace the target
-// is PID 1 of it: when it dies the kernel kills every descendant; note that PID 1 ignores signals
-// it has no handler for, except SIGKILL and SIGSTOP (send SIGKILL, or SIGTERM to a child that
-// handles it).
+// One launch between clone and exec, for an event loop that must not wait for the exec:
+//
+//   sandbox::PendingLaunch pending = sandbox::start(*plan);  // clones; returns at once
+//   ...when pending.status_fd() is readable (Asio: async_wait(wait_read) on a
+//   posix::stream_descriptor given ::dup(pending.status_fd()), since it closes what it owns):
+//   try {
+//     if (std::optional<sandbox::Child> child = pending.finish()) adopt(std::move(*child));
+//     else wait_again();  // not over yet: wait for status_fd() to be readable again
+//   } catch (const sandbox::SandboxError& e) {
+//     report(e.what());    // same text as launch(); the child is already killed and reaped
+//   }
+//
+// finish() reads the child's next record from the status pipe: EOF means execve succeeded and it
+// returns the Child (pidfd and cgroups now the caller's); a failed step throws what launch() throws,
+// with the same text, after killing and reaping the child; nullopt means call it again once
+// status_fd() is readable (a non-root supervisor with a user namespace takes two turns: the child
+// first reports that it is ready for its id maps, which finish() then writes before releasing it).
+// Called on a blocking fd before it is readable, finish() waits for the record. Each finish() on the
+// same thread that called start() is the intended use; the object is not thread-safe.
+// The plan must outlive the PendingLaunch. Destroying one that is not over (no Child returned, no
+// exception thrown) kills the child with SIGKILL and reaps it: no child outlives its launch.
+class [[nodiscard]] PendingLaunch {
+ public:
+  PendingLaunch(PendingLaunch&&) noexcept;
+  PendingLaunch& operator=(PendingLaunch&&) noexcept;
+  ~PendingLaunch();
+
+  pid_t pid() const noexcept;        // -1 once over
+  int pidfd() const noexcept;        // still owned by this object until finish() returns the Child
+  int status_fd() const noexcept;    // read end of the close-on-exec status pipe; -1 once over
+  [[nodiscard]] std::optional<Child> finish();  // throws SandboxError (ExecError for execve)
+
+ private:
+  struct State;  // launch.cpp
+  explicit PendingLaunch(std::unique_ptr<State> state) noexcept;
+  friend PendingLaunch start(const Plan& plan);
+  std::unique_ptr<State> state_;
+};
+
+// Forks the plan's target and returns without waiting for the exec (see PendingLaunch). Call it
+// from the thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread*
+// exits): in the supervisor that is the event-loop thread. Throws SandboxError when a pipe or the
+// clone itself fails, or when the parent's part of the setup (id maps, cgroup, the new root's
+// clones) does; the child is then killed and reaped.
+PendingLaunch start(const Plan& plan);
+
+// start() and finish() until the exec: blocks until the child has exec'd (or failed a step: then
+// the child is reaped here and SandboxError names the step, e.g. "sandbox step
+// 'landlock_restrict_self' failed: Operation not permitted"). A plan may be launched more than
+// once. With a PID namespace the target is PID 1 of it: when it dies the kernel kills every
+// descendant; note that PID 1 ignores signals it has no handler for, except SIGKILL and SIGSTOP
+// (send SIGKILL, or SIGTERM to a child that handles it).
 Child launch(const Plan& plan);
 
 // After the caller reaped the child: removes its per-launch cgroup (if any). Never throws.
