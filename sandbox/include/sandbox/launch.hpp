@@ -1,11 +1,16 @@
 // Launching a process under a sandbox plan.
 //
-//   Plan plan = sandbox::prepare(policy, request);   // parent: allocates, compiles seccomp, opens Landlock
-//   Child child = sandbox::launch(plan);             // fork; apply_in_child (raw syscalls only); exec
+//   PlanPtr plan = sandbox::prepare(policy, request);  // parent: allocates, compiles seccomp, opens
+//                                                      // Landlock, plans the root (prepare.cpp)
+//   Child child = sandbox::launch(*plan);              // clone3; run_child (raw syscalls only, child.cpp);
+//                                                      // execve. Or start() + finish(), below.
 //
-// launch() reports a failed sandbox step as a SandboxError naming the step and errno; the target never
-// runs unsandboxed. Call launch() from the thread that will outlive the child (PR_SET_PDEATHSIG fires
-// when the forking *thread* exits): in the supervisor that is the event-loop thread.
+// Errors: exceptions for everything the caller asked that cannot be done (SandboxError, ExecError
+// for the execve step; what() names the step or the field and the errno text); layer statuses are
+// values (LayerStatus: applied, or not with the reason), an error only when sandbox.required names
+// the layer. A failed step never lets the target run unsandboxed. Call launch() or start() from the
+// thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread* exits): in
+// the supervisor that is the event-loop thread.
 #pragma once
 
 #include <sys/types.h>
@@ -66,16 +71,21 @@ struct LayerStatus {
   std::string detail;  // e.g. "ABI 7", or why it is missing
 };
 
-class Plan;  // opaque, prepared data; see detail in launch.cpp
+class Plan;  // opaque, prepared data (sandbox/plan.hpp, private to the library)
 
 struct PlanDeleter {
   void operator()(Plan* p) const noexcept;
 };
 using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
 
+// Builds the plan in the parent: no child exists yet. Throws SandboxError for a bad request (names
+// the request field), a policy this kernel cannot meet (a layer sandbox.required names, protected
+// paths without the mount namespace) or a path that cannot be opened; UnsafeWorkspaceError, a
+// SandboxError (sandbox/workspace_guard.hpp), for an unsafe workspace or write root.
 PlanPtr prepare(const Policy& policy, const LaunchRequest& request);
 
-// Layers the plan will apply and those the kernel lacks.
+// Every layer, in kLayers order: applied, or not with the reason (not requested, or what the kernel
+// or the supervisor's privilege lacks).
 std::vector<LayerStatus> layers(const Plan& plan);
 
 struct Child {
