@@ -221,18 +221,23 @@ std::optional<Child> PendingLaunch::finish() {
     throw SandboxError("launch: finish() called on a launch that is already over");
   State& s = *state_;
   StatusRecord record{};
-  const std::optional<bool> got = s.read_status(&record);
-  if (!got) return std::nullopt;  // not readable yet: wait for status_fd() again
-  if (!s.released) {              // only with dumpable_for_maps: the child waits for its id maps
-    if (!*got) {
-      s.abandon();
-      throw SandboxError("launch: the child exited before its id maps were written");
+  try {
+    const std::optional<bool> got = s.read_status(&record);
+    if (!got) return std::nullopt;  // not readable yet: wait for status_fd() again
+    if (!s.released) {              // only with dumpable_for_maps: the child waits for its id maps
+      if (!*got) {
+        s.abandon();
+        throw SandboxError("launch: the child exited before its id maps were written");
+      }
+      if (static_cast<Step>(record.step) != Step::kMapsReady) s.step_failed(record);
+      s.release_child();
+      return std::nullopt;
     }
-    if (static_cast<Step>(record.step) != Step::kMapsReady) s.step_failed(record);
-    s.release_child();
-    return std::nullopt;
+    if (*got) s.step_failed(record);
+  } catch (...) {  // the child is killed and reaped; the launch is over
+    state_.reset();
+    throw;
   }
-  if (*got) s.step_failed(record);
   // close-on-exec closed the pipe: execve succeeded
   Child child = s.child;
   if (s.cgroups) child.cgroups = s.cgroups->release();

@@ -292,11 +292,13 @@ TEST_CASE("start() and finish() launch what launch() launches") {
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   auto req = request_for(ws.path, {"env"});
+  const std::string blocking = run_sandboxed(explore_policy(), req).out;  // through launch()
+  CHECK(blocking.find("PATH=/usr/bin:/bin\n") != std::string::npos);
   req.stdout_fd = out[1];
   auto plan = sandbox::prepare(explore_policy(), req);
   sandbox::Child child = start_and_finish(*plan);
   ::close(out[1]);
-  CHECK(drain(out[0]) == "HOME=/home/subagent\nPATH=/usr/bin:/bin\n");
+  CHECK(drain(out[0]) == blocking);
   ::close(out[0]);
   int status;
   REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
@@ -318,12 +320,19 @@ TEST_CASE("an exec failure comes out of finish() with launch()'s text, and the c
     blocking = e.what();
     CHECK(e.error == ENOENT);
   }
-  try {
-    start_and_finish(*plan);
-    FAIL("start and finish succeeded");
-  } catch (const sandbox::ExecError& e) {
-    split = e.what();
-    CHECK(e.error == ENOENT);
+  {
+    sandbox::PendingLaunch pending = sandbox::start(*plan);
+    REQUIRE(readable_within(pending.status_fd(), 10000));
+    try {
+      (void)pending.finish();
+      FAIL("start and finish succeeded");
+    } catch (const sandbox::ExecError& e) {
+      split = e.what();
+      CHECK(e.error == ENOENT);
+    }
+    CHECK(pending.pid() == -1);  // over: the child is gone, the fds closed
+    CHECK(pending.status_fd() == -1);
+    CHECK_THROWS_AS((void)pending.finish(), sandbox::SandboxError);
   }
   CHECK(blocking == "sandbox step 'execve' failed for '/nonexistent/program': No such file or directory");
   CHECK(split == blocking);
@@ -356,7 +365,12 @@ TEST_CASE("start() returns while the child still waits for the parent; finish() 
   if (tester == 0) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
     try {
-      auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"sleep", "30"}));
+      // No cgroups: this process inherited the root parent's cached cgroup roots, which uid 65534
+      // may not write.
+      auto policy = explore_policy();
+      policy.tree_limits.memory_mb = 0;
+      policy.tree_limits.cpu_percent = 0;
+      auto plan = sandbox::prepare(policy, request_for(ws.path, {"sleep", "30"}));
       sandbox::PendingLaunch pending = sandbox::start(*plan);
       const pid_t pid = pending.pid();
       if (pid <= 0 || pending.status_fd() < 0) ::_exit(11);
