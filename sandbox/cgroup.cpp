@@ -333,24 +333,24 @@ std::vector<std::string> LaunchCgroups::release() noexcept {
 std::vector<LayerStatus> plan_tree_limits(const Policy& policy, CgroupPlan* plan) {
   const Rlimits& r = policy.rlimits;
   const TreeLimits& t = policy.tree_limits;
-  LayerStatus process{"process_cap", false, "the policy sets no process limit"};
+  LayerStatus process{Layer::kProcessCap, false, "the policy sets no process limit"};
   if (r.processes && ::getuid() != 0) {
-    process = {"process_cap", true,
+    process = {Layer::kProcessCap, true,
                "RLIMIT_NPROC " + std::to_string(r.processes) + " (" + uid_text() + ")"};
   } else if (r.processes) {
     const ControllerRoot& cg = cgroup_root(Controller::kPids);
     if (!cg.parent.empty()) {
       plan->add(Controller::kPids, cg);
       plan->limits.pids_max = r.processes;
-      process = {"process_cap", true,
+      process = {Layer::kProcessCap, true,
                  "pids.max " + std::to_string(r.processes) + "; a per-launch " + cg.detail};
     } else {
-      process = {"process_cap", false,
+      process = {Layer::kProcessCap, false,
                  "running as root, where RLIMIT_NPROC does not bind, and " + cg.detail};
     }
   }
 
-  LayerStatus memory{"memory_cap", false, "the policy sets no memory cap (tree_limits.memory_mb)"};
+  LayerStatus memory{Layer::kMemoryCap, false, "the policy sets no memory cap (tree_limits.memory_mb)"};
   if (t.memory_mb) {
     const ControllerRoot& cg = cgroup_root(Controller::kMemory);
     if (!cg.parent.empty()) {
@@ -361,27 +361,27 @@ std::vector<LayerStatus> plan_tree_limits(const Policy& policy, CgroupPlan* plan
                                           : "swap excluded: no swap accounting, memory.swappiness 0")
           : cg.swap_file ? "swap excluded: memory.swap.max 0"
                          : "no swap accounting (no memory.swap.max): swap may extend the cap";
-      memory = {"memory_cap", true,
+      memory = {Layer::kMemoryCap, true,
                 std::to_string(t.memory_mb) + " MiB over the whole tree (" + swap +
                     "); beyond it the OOM killer ends a process of the tree; a per-launch " +
                     cg.detail};
     } else {
-      memory = {"memory_cap", false, cg.detail};
+      memory = {Layer::kMemoryCap, false, cg.detail};
     }
   }
 
-  LayerStatus cpu{"cpu_cap", false, "the policy sets no CPU quota (tree_limits.cpu_percent)"};
+  LayerStatus cpu{Layer::kCpuCap, false, "the policy sets no CPU quota (tree_limits.cpu_percent)"};
   if (t.cpu_percent) {
     const ControllerRoot& cg = cgroup_root(Controller::kCpu);
     if (!cg.parent.empty()) {
       plan->add(Controller::kCpu, cg);
       plan->limits.cpu_quota_us = t.cpu_percent * kCpuPeriodUs / 100;
-      cpu = {"cpu_cap", true,
+      cpu = {Layer::kCpuCap, true,
              std::to_string(t.cpu_percent) + "% of one CPU over the whole tree (CFS quota " +
                  std::to_string(plan->limits.cpu_quota_us) + " us per " +
                  std::to_string(kCpuPeriodUs) + " us period); a per-launch " + cg.detail};
     } else {
-      cpu = {"cpu_cap", false, cg.detail};
+      cpu = {Layer::kCpuCap, false, cg.detail};
     }
   }
   return {process, memory, cpu};
@@ -393,13 +393,13 @@ std::vector<LayerStatus> tree_limit_support() {
   const ControllerRoot& memory = cgroup_root(Controller::kMemory);
   const ControllerRoot& cpu = cgroup_root(Controller::kCpu);
   return {
-      !root ? LayerStatus{"process_cap", true, "RLIMIT_NPROC binds this non-root uid"}
+      !root ? LayerStatus{Layer::kProcessCap, true, "RLIMIT_NPROC binds this non-root uid"}
       : pids.parent.empty()
-          ? LayerStatus{"process_cap", false,
+          ? LayerStatus{Layer::kProcessCap, false,
                         "running as root (RLIMIT_NPROC does not bind) and " + pids.detail}
-          : LayerStatus{"process_cap", true, pids.detail},
-      {"memory_cap", !memory.parent.empty(), memory.detail},
-      {"cpu_cap", !cpu.parent.empty(), cpu.detail},
+          : LayerStatus{Layer::kProcessCap, true, pids.detail},
+      {Layer::kMemoryCap, !memory.parent.empty(), memory.detail},
+      {Layer::kCpuCap, !cpu.parent.empty(), cpu.detail},
   };
 }
 

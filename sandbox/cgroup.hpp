@@ -12,6 +12,9 @@
 // before clone (v1 checks the opener's credentials, not the writer's) and the child, still
 // single-threaded, writes "0" into each as its first step: ~0.1 ms for three hierarchies here.
 // On v2 the child is born in its cgroup (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
+//
+// Errors: parent-side setup throws SandboxError naming the file; a missing or unwritable hierarchy
+// is no error but a LayerStatus (applied false, with the reason); cleanup never throws.
 #pragma once
 
 #include <sys/types.h>

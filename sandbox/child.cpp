@@ -6,7 +6,6 @@
 // libc syscall wrappers on data the parent prepared. Leave only through execve or _exit.
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
@@ -310,7 +309,10 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   // status_fd and the Landlock ruleset are close-on-exec; everything else goes now.
   if (close_except(3, status_fd, plan.landlock_fd) != 0) fail(status_fd, Step::kCloseFds, errno);
 
-  if (plan.drop_groups && ::syscall(SYS_setgroups, 0, nullptr) != 0)  // raw: see kIdentity below
+  // Raw syscall, like every set*id call here: glibc's setgroups/setresuid/setresgid broadcast the
+  // change to all threads (the setxid path: signals and a lock), which is not async-signal-safe in
+  // a child cloned from a multi-threaded parent whose other threads do not exist in this copy.
+  if (plan.drop_groups && ::syscall(SYS_setgroups, 0, nullptr) != 0)
     fail(status_fd, Step::kSetgroups, errno);
   if (plan.loopback && bring_up_loopback() != 0) fail(status_fd, Step::kLoopback, errno);
   if (!plan.protect.empty()) {
@@ -341,8 +343,7 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
     }
   }
   if (plan.identity) {
-    // Raw syscalls: glibc's wrappers would try to signal the parent's other threads, which do not
-    // exist in this copy. The kernel changes this thread's ids, and we are the only thread.
+    // Raw syscalls (see setgroups above): the kernel changes this thread's ids, the only thread.
     const long g = static_cast<long>(plan.inner_gid), u = static_cast<long>(plan.inner_uid);
     if (::syscall(SYS_setresgid, g, g, g) != 0 || ::syscall(SYS_setresuid, u, u, u) != 0)
       fail(status_fd, Step::kIdentity, errno);

@@ -2,6 +2,7 @@
 // template ${interpreter} and for an execve error that says which path was not executable.
 //
 // Runs in the parent (prepare), never in the child: it reads files and allocates.
+// Errors: none thrown; a file that cannot be read gives no interpreter and no hint.
 #pragma once
 
 #include <string>

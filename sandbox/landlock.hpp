@@ -1,4 +1,6 @@
 // The Landlock layer: a ruleset opened in the parent; the child only calls restrict_self on it.
+// Errors: build_landlock throws SandboxError for a path or rule the kernel refuses; Landlock
+// missing from the kernel is no error (fd -1, and the detail says why).
 #pragma once
 
 #include <cstdint>

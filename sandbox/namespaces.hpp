@@ -1,4 +1,5 @@
 // Namespace support probing and the parent's half of user-namespace setup.
+// Errors: probes return what the kernel allows (never throw); write_id_maps throws SandboxError.
 #pragma once
 
 #include <sys/types.h>

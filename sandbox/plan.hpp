@@ -1,4 +1,6 @@
 // The prepared launch plan: plain data built in the parent, read (never written) by the child.
+// Errors: the child side (run_child) never throws and never returns: a failed step is a
+// StatusRecord {step, errno} on the status pipe, which launch.cpp turns into a SandboxError.
 #pragma once
 
 #include <linux/filter.h>

@@ -3,9 +3,11 @@
 #include <seccomp.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "layer_names.hpp"
+#include "sandbox/layer.hpp"
 #include "syscall_groups.hpp"
 
 namespace sandbox {
@@ -278,15 +280,19 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   }
 
   policy.required = p.strings(section, root, "required", false);
-  for (std::size_t i = 0; i < policy.required.size(); ++i)
-    if (std::find(kLayerNames.begin(), kLayerNames.end(), policy.required[i]) == kLayerNames.end())
+  std::vector<Layer> required;
+  for (std::size_t i = 0; i < policy.required.size(); ++i) {
+    const std::optional<Layer> layer = parse_layer(policy.required[i]);
+    if (!layer)
       p.fail(root + ".required[" + std::to_string(i) + "]",
              "names an unknown layer '" + policy.required[i] + "'");
-  for (std::size_t i = 0; i < policy.required.size(); ++i) {
-    if (policy.required[i] == "memory_cap" && policy.tree_limits.memory_mb == 0)
+    required.push_back(*layer);
+  }
+  for (std::size_t i = 0; i < required.size(); ++i) {
+    if (required[i] == Layer::kMemoryCap && policy.tree_limits.memory_mb == 0)
       p.fail(root + ".required[" + std::to_string(i) + "]",
              "requires 'memory_cap', but sandbox.tree_limits.memory_mb sets no cap");
-    if (policy.required[i] == "cpu_cap" && policy.tree_limits.cpu_percent == 0)
+    if (required[i] == Layer::kCpuCap && policy.tree_limits.cpu_percent == 0)
       p.fail(root + ".required[" + std::to_string(i) + "]",
              "requires 'cpu_cap', but sandbox.tree_limits.cpu_percent sets no quota");
   }

@@ -230,7 +230,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
 
 RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root) {
   const std::string& workspace = paths.workspace;
-  RootLayers out{{"read_only_host", false, ""}, {"identity", false, ""}, {"idmapped_roots", false, ""}};
+  RootLayers out{{Layer::kReadOnlyHost, false, ""}, {Layer::kIdentity, false, ""}, {Layer::kIdmappedRoots, false, ""}};
   const bool mount_ns = plan.clone_flags & CLONE_NEWNS;
   // The child's own id needs every write root (and the workspace) id-mapped, or it could not
   // write its own files there.
@@ -241,7 +241,7 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
   }
   if (idmap_kind(workspace) == Idmap::kUnsupported) unmappable = workspace;
   if (root && plan.user_ns && mount_ns && !unmappable.empty()) {
-    out.identity = {"identity", false,
+    out.identity = {Layer::kIdentity, false,
                     "'" + unmappable +
                         "' is on a file system without id-mapped mounts (ext4, xfs, btrfs, f2fs, "
                         "vfat and tmpfs have them), so the child keeps uid 0 without capabilities"};
@@ -257,7 +257,7 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
     plan.inner_gid = st.st_gid;
     char base[16];
     std::snprintf(base, sizeof base, "0x%x", kIdentityBase);
-    out.identity = {"identity", true,
+    out.identity = {Layer::kIdentity, true,
                     std::string("host uid and gid ") + base +
                         " + the child's host pid (one per live child, owning nothing on the "
                         "host); inside its user namespace uid " +
@@ -277,7 +277,7 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
           subuid = line;
     }
     out.identity = {
-        "identity", false,
+        Layer::kIdentity, false,
         "the supervisor is not root: the child keeps uid " + std::to_string(::getuid()) +
             " (identity map), since an id-mapped mount of the workspace needs CAP_SYS_ADMIN in "
             "the initial user namespace; " +
@@ -288,7 +288,7 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
                        "the user cannot edit") +
             ". The read-only root still stops changes outside the write roots"};
   } else {
-    out.identity = {"identity", false,
+    out.identity = {Layer::kIdentity, false,
                     std::string("needs the user and mount namespaces, which are not both in "
                                 "force; the child runs as uid 0 without capabilities")};
   }
@@ -301,14 +301,14 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
     out.idmapped_roots.detail = "needs the mount namespace";
     return out;
   }
-  out.read_only_host = {"read_only_host", true, plan_new_root(plan, paths, plan.identity)};
+  out.read_only_host = {Layer::kReadOnlyHost, true, plan_new_root(plan, paths, plan.identity)};
   plan.parent_clones = root;
   if (plan.identity) {
     std::string mapped;
     for (const RootBind& b : plan.root_binds)
       if (b.idmapped)
         mapped += (mapped.empty() ? "" : ", ") + b.source + (b.writable ? " (rw)" : " (ro)");
-    out.idmapped_roots = {"idmapped_roots", !mapped.empty(),
+    out.idmapped_roots = {Layer::kIdmappedRoots, !mapped.empty(),
                           mapped.empty() ? "no write root or workspace to map"
                                          : "on-disk uid " + std::to_string(plan.inner_uid) +
                                                " and gid " + std::to_string(plan.inner_gid) +

@@ -14,6 +14,9 @@
 // the workspace are id-mapped mounts through that namespace: on-disk W appears as the child, and
 // what the child creates is stored as W, so the workspace's owner can edit it afterwards.
 // Minimum kernel: 5.12 (mount_setattr, id-mapped mounts); tmpfs write roots need 6.3.
+//
+// Errors: parent-side planning and cloning throw SandboxError naming the path; a root or identity
+// that this kernel or privilege cannot give is a LayerStatus (applied false, with the reason).
 #pragma once
 
 #include <sys/types.h>

@@ -1,4 +1,5 @@
 // The seccomp layer, compiled in the parent with libseccomp and exported to plain BPF.
+// Errors: compile_seccomp throws SandboxError (libseccomp refused a rule or the export).
 #pragma once
 
 #include <linux/filter.h>

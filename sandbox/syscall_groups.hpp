@@ -1,6 +1,7 @@
 // The syscall vocabulary of the seccomp allowlist, defined once: the named groups a policy's
 // sandbox.syscalls.groups may list, the syscalls refused in every preset, and the effective grant of
 // a policy. seccomp.cpp compiles from it, policy.cpp validates against it, explain prints it.
+// Errors: none; lookups return empty or false for names that are not in the vocabulary.
 #pragma once
 
 #include <span>

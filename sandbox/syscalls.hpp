@@ -1,6 +1,7 @@
 // Raw kernel ABI used by the sandbox: every syscall glibc 2.36 does not wrap, and the constants
 // Debian 12's linux-libc-dev 6.1 headers lack. Everything here is async-signal-safe (a single
 // syscall, no allocation) and may be called between fork and exec.
+// Errors: as the kernel's: -1 with errno (raw syscall convention), never exceptions.
 #pragma once
 
 #include <fcntl.h>

@@ -1,14 +1,17 @@
 // Launch mechanics: exit status, the status pipe, fds, environment, PID namespace, pdeathsig.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "sandbox/explain.hpp"
@@ -204,11 +207,17 @@ TEST_CASE("layers() reports every layer, and kernel_support() what the kernel of
   TempDir ws;
   auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
   auto layers = sandbox::layers(*plan);
-  REQUIRE(layers.size() == 22);  // sandbox::kLayerNames
-  for (const auto& layer : layers) {
+  REQUIRE(layers.size() == 22);  // sandbox::kLayers
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& layer = layers[i];
     INFO(layer.name << ": " << layer.detail);
     CHECK(!layer.detail.empty());
+    CHECK(layer.layer == sandbox::kLayers[i]);
+    CHECK(layer.name == sandbox::to_string(layer.layer));
+    CHECK(sandbox::parse_layer(layer.name) == layer.layer);
   }
+  CHECK(!sandbox::parse_layer("landlocks"));
+  CHECK(!sandbox::parse_layer(""));
   auto support = sandbox::kernel_support();
   REQUIRE(support.size() == 22);
   CHECK(support[7].name == "landlock");
@@ -249,4 +258,141 @@ TEST_CASE("network \"loopback\" gives a private network namespace with lo up") {
   auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
   CHECK(sandbox::layers(*plan)[12].detail == "no interfaces but loopback (up)");
   CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"socket_inet"})).status) == 0);
+}
+
+namespace {
+
+std::string cmdline_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// start(), then finish() each time the status fd is readable, as an event loop would.
+sandbox::Child start_and_finish(const sandbox::Plan& plan) {
+  sandbox::PendingLaunch pending = sandbox::start(plan);
+  REQUIRE(pending.pid() > 0);
+  REQUIRE(pending.pidfd() >= 0);
+  REQUIRE(pending.status_fd() >= 0);
+  for (;;) {
+    REQUIRE(readable_within(pending.status_fd(), 10000));
+    if (std::optional<sandbox::Child> child = pending.finish()) {
+      CHECK(pending.pid() == -1);
+      CHECK(pending.status_fd() == -1);
+      return std::move(*child);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("start() and finish() launch what launch() launches") {
+  TempDir ws;
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  auto req = request_for(ws.path, {"env"});
+  const std::string blocking = run_sandboxed(explore_policy(), req).out;  // through launch()
+  CHECK(blocking.find("PATH=/usr/bin:/bin\n") != std::string::npos);
+  req.stdout_fd = out[1];
+  auto plan = sandbox::prepare(explore_policy(), req);
+  sandbox::Child child = start_and_finish(*plan);
+  ::close(out[1]);
+  CHECK(drain(out[0]) == blocking);
+  ::close(out[0]);
+  int status;
+  REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
+  CHECK(exit_code(status) == 0);
+  ::close(child.pidfd);
+  sandbox::release(child);
+}
+
+TEST_CASE("an exec failure comes out of finish() with launch()'s text, and the child is reaped") {
+  TempDir ws;
+  auto req = request_for(ws.path, {});
+  req.executable = "/nonexistent/program";
+  auto plan = sandbox::prepare(explore_policy(), req);
+  std::string blocking, split;
+  try {
+    sandbox::launch(*plan);
+    FAIL("launch succeeded");
+  } catch (const sandbox::ExecError& e) {
+    blocking = e.what();
+    CHECK(e.error == ENOENT);
+  }
+  {
+    sandbox::PendingLaunch pending = sandbox::start(*plan);
+    REQUIRE(readable_within(pending.status_fd(), 10000));
+    try {
+      (void)pending.finish();
+      FAIL("start and finish succeeded");
+    } catch (const sandbox::ExecError& e) {
+      split = e.what();
+      CHECK(e.error == ENOENT);
+    }
+    CHECK(pending.pid() == -1);  // over: the child is gone, the fds closed
+    CHECK(pending.status_fd() == -1);
+    CHECK_THROWS_AS((void)pending.finish(), sandbox::SandboxError);
+  }
+  CHECK(blocking == "sandbox step 'execve' failed for '/nonexistent/program': No such file or directory");
+  CHECK(split == blocking);
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);  // both children reaped
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("a PendingLaunch destroyed before finish() kills and reaps its child") {
+  TempDir ws;
+  auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"sleep", "30"}));
+  pid_t pid;
+  {
+    sandbox::PendingLaunch pending = sandbox::start(*plan);
+    pid = pending.pid();
+    REQUIRE(pid > 0);
+    CHECK(::kill(pid, 0) == 0);  // twin: alive while the launch is pending
+  }
+  CHECK(::kill(pid, 0) == -1);
+  CHECK(errno == ESRCH);  // not even a zombie: reaped
+}
+
+TEST_CASE("start() returns while the child still waits for the parent; finish() lets it exec") {
+  // As a non-root supervisor with a user namespace, the child reports that it is ready for its id
+  // maps and waits for them: it cannot exec before the first finish() writes them and releases it.
+  // Run as uid 65534 in a forked process (its exit code is the verdict).
+  TempDir ws;
+  REQUIRE(::chown(ws.path.c_str(), 65534, 65534) == 0);
+  pid_t tester = ::fork();
+  REQUIRE(tester >= 0);
+  if (tester == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    try {
+      // No cgroups: this process inherited the root parent's cached cgroup roots, which uid 65534
+      // may not write.
+      auto policy = explore_policy();
+      policy.tree_limits.memory_mb = 0;
+      policy.tree_limits.cpu_percent = 0;
+      auto plan = sandbox::prepare(policy, request_for(ws.path, {"sleep", "30"}));
+      sandbox::PendingLaunch pending = sandbox::start(*plan);
+      const pid_t pid = pending.pid();
+      if (pid <= 0 || pending.status_fd() < 0) ::_exit(11);
+      // Still a copy of this process, not the probe (it waits for its id maps).
+      if (cmdline_of(pid) != cmdline_of(::getpid())) ::_exit(12);
+      if (!readable_within(pending.status_fd(), 10000)) ::_exit(13);
+      if (pending.finish()) ::_exit(14);  // the first turn writes the maps and releases it
+      if (!readable_within(pending.status_fd(), 10000)) ::_exit(15);
+      std::optional<sandbox::Child> child = pending.finish();
+      if (!child || child->pid != pid) ::_exit(16);
+      // Twin of the check above: now it is the probe.
+      if (cmdline_of(pid).find("sandbox_probe") == std::string::npos) ::_exit(17);
+      ::kill(pid, SIGKILL);
+      int status;
+      if (::waitpid(pid, &status, 0) != pid) ::_exit(18);
+      ::_exit(0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "as uid 65534: %s\n", e.what());
+      ::_exit(20);
+    }
+  }
+  int status;
+  REQUIRE(::waitpid(tester, &status, 0) == tester);
+  CHECK(exit_code(status) == 0);
 }

@@ -1,4 +1,6 @@
 // What a policy compiles to and what the running kernel offers, for `policy explain` and envelopes.
+// Errors: report values, never exceptions: what the kernel lacks is a LayerStatus with applied
+// false and the reason; syscall_table and syscall_groups take a parsed (valid) Policy.
 #pragma once
 
 #include <string>

@@ -1,21 +1,29 @@
 // Launching a process under a sandbox plan.
 //
-//   Plan plan = sandbox::prepare(policy, request);   // parent: allocates, compiles seccomp, opens Landlock
-//   Child child = sandbox::launch(plan);             // fork; apply_in_child (raw syscalls only); exec
+//   PlanPtr plan = sandbox::prepare(policy, request);  // parent: allocates, compiles seccomp, opens
+//                                                      // Landlock, plans the root (prepare.cpp)
+//   Child child = sandbox::launch(*plan);              // clone3; run_child (raw syscalls only, child.cpp);
+//                                                      // execve. Or start() + finish(), below.
 //
-// launch() reports a failed sandbox step as a SandboxError naming the step and errno; the target never
-// runs unsandboxed. Call launch() from the thread that will outlive the child (PR_SET_PDEATHSIG fires
-// when the forking *thread* exits): in the supervisor that is the event-loop thread.
+// Errors: exceptions for everything the caller asked that cannot be done (SandboxError, ExecError
+// for the execve step; what() names the step or the field and the errno text); layer statuses are
+// values (LayerStatus: applied, or not with the reason), an error only when sandbox.required names
+// the layer. A failed step never lets the target run unsandboxed. Call launch() or start() from the
+// thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread* exits): in
+// the supervisor that is the event-loop thread.
 #pragma once
 
 #include <sys/types.h>
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "sandbox/layer.hpp"
 #include "sandbox/policy.hpp"
 
 namespace sandbox {
@@ -54,21 +62,30 @@ struct LaunchRequest {
 };
 
 struct LayerStatus {
-  std::string name;    // e.g. "seccomp", "landlock", "pid_namespace"
+  LayerStatus() = default;
+  LayerStatus(Layer layer, bool applied, std::string detail)
+      : layer(layer), name(to_string(layer)), applied(applied), detail(std::move(detail)) {}
+  Layer layer = Layer::kNoNewPrivs;
+  std::string name;    // to_string(layer), e.g. "seccomp": the spelling reports and policies use
   bool applied = false;
   std::string detail;  // e.g. "ABI 7", or why it is missing
 };
 
-class Plan;  // opaque, prepared data; see detail in launch.cpp
+class Plan;  // opaque, prepared data (sandbox/plan.hpp, private to the library)
 
 struct PlanDeleter {
   void operator()(Plan* p) const noexcept;
 };
 using PlanPtr = std::unique_ptr<Plan, PlanDeleter>;
 
+// Builds the plan in the parent: no child exists yet. Throws SandboxError for a bad request (names
+// the request field), a policy this kernel cannot meet (a layer sandbox.required names, protected
+// paths without the mount namespace) or a path that cannot be opened; UnsafeWorkspaceError, a
+// SandboxError (sandbox/workspace_guard.hpp), for an unsafe workspace or write root.
 PlanPtr prepare(const Policy& policy, const LaunchRequest& request);
 
-// Layers the plan will apply and those the kernel lacks.
+// Every layer, in kLayers order: applied, or not with the reason (not requested, or what the kernel
+// or the supervisor's privilege lacks).
 std::vector<LayerStatus> layers(const Plan& plan);
 
 struct Child {
@@ -77,12 +94,58 @@ struct Child {
   std::vector<std::string> cgroups;  // per-launch cgroups (tree limits); release() after reaping
 };
 
-// Forks the plan's target. Blocks until the child has exec'd (or failed a step: then the child is
-// reaped here and SandboxError names the step, e.g. "sandbox step 'landlock_restrict_self' failed:
-// Operation not permitted"). A plan may be launched more than once. With a PID namespace the target
-// is PID 1 of it: when it dies the kernel kills every descendant; note that PID 1 ignores signals
-// it has no handler for, except SIGKILL and SIGSTOP (send SIGKILL, or SIGTERM to a child that
-// handles it).
+// One launch between clone and exec, for an event loop that must not wait for the exec:
+//
+//   sandbox::PendingLaunch pending = sandbox::start(*plan);  // clones; returns at once
+//   ...when pending.status_fd() is readable (Asio: async_wait(wait_read) on a
+//   posix::stream_descriptor given ::dup(pending.status_fd()), since it closes what it owns):
+//   try {
+//     if (std::optional<sandbox::Child> child = pending.finish()) adopt(std::move(*child));
+//     else wait_again();  // not over yet: wait for status_fd() to be readable again
+//   } catch (const sandbox::SandboxError& e) {
+//     report(e.what());    // same text as launch(); the child is already killed and reaped
+//   }
+//
+// finish() reads the child's next record from the status pipe: EOF means execve succeeded and it
+// returns the Child (pidfd and cgroups now the caller's); a failed step throws what launch() throws,
+// with the same text, after killing and reaping the child; nullopt means call it again once
+// status_fd() is readable (a non-root supervisor with a user namespace takes two turns: the child
+// first reports that it is ready for its id maps, which finish() then writes before releasing it).
+// Called on a blocking fd before it is readable, finish() waits for the record. Each finish() on the
+// same thread that called start() is the intended use; the object is not thread-safe.
+// The plan must outlive the PendingLaunch. Destroying one that is not over (no Child returned, no
+// exception thrown) kills the child with SIGKILL and reaps it: no child outlives its launch.
+class [[nodiscard]] PendingLaunch {
+ public:
+  PendingLaunch(PendingLaunch&&) noexcept;
+  PendingLaunch& operator=(PendingLaunch&&) noexcept;
+  ~PendingLaunch();
+
+  pid_t pid() const noexcept;        // -1 once over
+  int pidfd() const noexcept;        // still owned by this object until finish() returns the Child
+  int status_fd() const noexcept;    // read end of the close-on-exec status pipe; -1 once over
+  [[nodiscard]] std::optional<Child> finish();  // throws SandboxError (ExecError for execve)
+
+ private:
+  struct State;  // launch.cpp
+  explicit PendingLaunch(std::unique_ptr<State> state) noexcept;
+  friend PendingLaunch start(const Plan& plan);
+  std::unique_ptr<State> state_;
+};
+
+// Forks the plan's target and returns without waiting for the exec (see PendingLaunch). Call it
+// from the thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread*
+// exits): in the supervisor that is the event-loop thread. Throws SandboxError when a pipe or the
+// clone itself fails, or when the parent's part of the setup (id maps, cgroup, the new root's
+// clones) does; the child is then killed and reaped.
+PendingLaunch start(const Plan& plan);
+
+// start() and finish() until the exec: blocks until the child has exec'd (or failed a step: then
+// the child is reaped here and SandboxError names the step, e.g. "sandbox step
+// 'landlock_restrict_self' failed: Operation not permitted"). A plan may be launched more than
+// once. With a PID namespace the target is PID 1 of it: when it dies the kernel kills every
+// descendant; note that PID 1 ignores signals it has no handler for, except SIGKILL and SIGSTOP
+// (send SIGKILL, or SIGTERM to a child that handles it).
 Child launch(const Plan& plan);
 
 // After the caller reaped the child: removes its per-launch cgroup (if any). Never throws.

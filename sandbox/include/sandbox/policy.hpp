@@ -1,5 +1,7 @@
 // The "sandbox" section of a preset policy file (policies/*.json), parsed and validated.
 // Knows nothing about agents: it describes what a process may touch.
+// Errors: exceptions. parse_policy throws PolicyError naming the file and the field; nothing is
+// returned half-valid.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
 // Self-protection for the process that holds secrets (the supervisor).
+// Errors: exceptions (SandboxError naming the step).
 #pragma once
 
 namespace sandbox {

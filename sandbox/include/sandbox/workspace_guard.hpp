@@ -2,6 +2,9 @@
 // preset's grants on them would reach the whole host ("/"), the user's own files (the home
 // directory itself) or the system (/etc, /usr, ...). One check, used by every front end (`sandbox`,
 // `run`, `serve`, `mcp`) for an early, clear error and by sandbox::prepare() as the backstop.
+//
+// Errors: check_workspace throws UnsafeWorkspaceError; the *_reason functions are queries that
+// return the reason, "" for a safe directory.
 #pragma once
 
 #include <filesystem>
