@@ -33,11 +33,11 @@
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
 #include "seccomp.hpp" // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
-#include "supervisor/model.hpp"
-#include "supervisor/preset.hpp"
-#include "supervisor/session.hpp"
-#include "supervisor/hub.hpp"
-#include "supervisor/transcript.hpp"
+#include "models/model.hpp"
+#include "policy/preset.hpp"
+#include "orchestration/session.hpp"
+#include "orchestration/hub.hpp"
+#include "records/transcript.hpp"
 
 namespace fs = std::filesystem;
 namespace proto = protocol;
