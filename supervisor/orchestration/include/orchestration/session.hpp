@@ -28,6 +28,7 @@
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
+#include "orchestration/offload.hpp"
 #include "web/brokered_tools.hpp"
 #include "orchestration/budgets.hpp"
 #include "models/model.hpp"
@@ -130,6 +131,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
   void kill_tree(const std::string& why);
   void maybe_finish();
+  void start_failed(const std::string& why);
+  struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
+  void launch_prepared(Outcome<sandbox::PlanPtr> plan, StartPipes& pipes);
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
@@ -198,6 +202,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
   std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
   std::uint64_t approvals_pending_ = 0;
+  OffloadGroup jobs_;  // sandbox::prepare off the loop; last, so it goes first
 };
 
 // A fresh child id: 12 lowercase hex characters from the kernel's random source.
