@@ -14,6 +14,15 @@
 //                                    keeps stdout open, then both sleep and
 //                                    ignore the supervisor. With --raw it
 //                                    writes "r\n" once the grandchild exists.
+//   bench_child brief                hello/welcome, then does what the task's
+//                                    brief says (one hub starts every child
+//                                    with the same argv):
+//                                    "pingpong N" as above, or "paced SECONDS
+//                                    GAP_US": round trips GAP_US apart for
+//                                    SECONDS, the final's answer listing
+//                                    "START_NS:RTT_NS" pairs (START_NS is
+//                                    CLOCK_MONOTONIC, the supervisor's
+//                                    steady_clock: no time namespace).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,10 +103,16 @@ std::string request_id(long i) {
   return id;
 }
 
+int pingpong_after_handshake(Lines &in, long n);
+
 int pingpong(long n, bool raw) {
   Lines in;
   if (!raw)
     handshake(in);
+  return pingpong_after_handshake(in, n);
+}
+
+int pingpong_after_handshake(Lines &in, long n) {
   std::vector<std::string> requests, dones;
   requests.reserve(static_cast<std::size_t>(n));
   dones.reserve(static_cast<std::size_t>(n));
@@ -129,6 +144,65 @@ int pingpong(long n, bool raw) {
   return 0;
 }
 
+bool allowed(std::string_view reply) {
+  return reply.find("\"allow\":true") != std::string_view::npos ||
+         reply.find("\"decision\":\"allow\"") != std::string_view::npos;
+}
+
+// Round trips `gap_us` apart for `seconds`; each sample is its start time and
+// its duration, both in nanoseconds.
+int paced(Lines &in, double seconds, long gap_us) {
+  std::string samples;
+  const std::int64_t end =
+      now_ns() + static_cast<std::int64_t>(seconds * 1e9);
+  for (long i = 0; now_ns() < end; ++i) {
+    const std::string id = request_id(i);
+    const std::string request = proto::encode_line(proto::ToolRequest{
+        id, "grep", {{"pattern", "TODO"}, {"path", "src"}}});
+    const std::string done =
+        proto::encode_line(proto::ToolDone{id, true, 120, ""});
+    const std::int64_t t0 = now_ns();
+    write_all(request);
+    std::string_view reply = in.next();
+    const std::int64_t rtt = now_ns() - t0;
+    if (!allowed(reply)) {
+      std::fprintf(stderr, "bench_child: request %ld not allowed: %.*s\n", i,
+                   static_cast<int>(reply.size()), reply.data());
+      return 3;
+    }
+    write_all(done);
+    samples += std::to_string(t0) + ":" + std::to_string(rtt) + " ";
+    timespec gap{gap_us / 1'000'000, (gap_us % 1'000'000) * 1000};
+    while (::nanosleep(&gap, &gap) != 0 && errno == EINTR) {
+    }
+  }
+  write_all(proto::encode_line(
+      proto::Final{"paced done", samples, proto::json::object()}));
+  return 0;
+}
+
+// Reads the task's brief from the welcome and runs it.
+int by_brief() {
+  Lines in;
+  write_all(
+      proto::encode_line(proto::Hello{{proto::kVersion}, "bench-child/1"}));
+  std::string_view line = in.next();
+  auto decoded = proto::decode_supervisor_message(line);
+  const auto *welcome =
+      decoded ? std::get_if<proto::Welcome>(&*decoded.message) : nullptr;
+  if (!welcome)
+    std::_Exit(3);
+  const std::string brief = welcome->task.brief;
+  double seconds = 0;
+  long a = 0;
+  if (std::sscanf(brief.c_str(), "pingpong %ld", &a) == 1)
+    return pingpong_after_handshake(in, a);
+  if (std::sscanf(brief.c_str(), "paced %lf %ld", &seconds, &a) == 2)
+    return paced(in, seconds, a);
+  std::fprintf(stderr, "bench_child: unknown brief '%s'\n", brief.c_str());
+  return 64;
+}
+
 [[noreturn]] void stubborn(bool raw) {
   Lines in;
   if (!raw)
@@ -156,7 +230,9 @@ int main(int argc, char **argv) {
     return pingpong(std::atol(argv[2]), raw);
   if (mode == "stubborn")
     stubborn(raw);
+  if (mode == "brief")
+    return by_brief();
   std::fprintf(stderr,
-               "usage: bench_child pingpong N [--raw] | stubborn [--raw]\n");
+               "usage: bench_child pingpong N [--raw] | stubborn [--raw] | brief\n");
   return 64;
 }

@@ -7,7 +7,7 @@
 //   subagent_bench [--results DIR] [--only NAME[,NAME...]] [--quick]
 //
 // Benchmarks (names for --only): spawn, broker, concurrent, memory,
-// enforcement, tools. The subjects use the project's real code:
+// enforcement, tools, spawnload. The subjects use the project's real code:
 // supervisor::ChildSession (prepare + launch + protocol), the real
 // subagent-child, and child::run_tool inside sandbox::launch.
 #include <malloc.h>
@@ -18,11 +18,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "protocol/tools.hpp"
@@ -34,6 +36,8 @@
 #include "models/model.hpp"
 #include "policy/preset.hpp"
 #include "orchestration/session.hpp"
+#include "orchestration/hub.hpp"
+#include "records/transcript.hpp"
 
 namespace fs = std::filesystem;
 namespace proto = protocol;
@@ -1300,6 +1304,283 @@ void bench_tools(const Options &o, const Env &env) {
   write_json(o, "tools", j);
 }
 
+
+// ---- 7. broker round trip while eight children spawn
+// ---------------------------------------------
+
+// Runs a command (absolute path) to completion; throws when it fails.
+void run_checked(const std::vector<std::string> &argv, const fs::path &cwd) {
+  pid_t pid = spawn(argv,
+                    {"PATH=/usr/bin:/bin", "HOME=" + cwd.string(),
+                     "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C"},
+                    -1, -1, -1, cwd.c_str());
+  int status = reap(pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error("spawnload: '" + argv[0] + " " +
+                             (argv.size() > 1 ? argv[1] : "") + "' failed");
+}
+
+// A git repository of `files` files of about 2 KiB in 40 directories, one
+// commit: what an implementation child's worktree is created from.
+void make_repository(const fs::path &repo, int files) {
+  fs::create_directories(repo);
+  for (int f = 0; f < files; ++f) {
+    char rel[64];
+    std::snprintf(rel, sizeof rel, "src/d%02d/f%04d.c", f % 40, f);
+    fs::create_directories((repo / rel).parent_path());
+    std::ofstream out(repo / rel);
+    for (int line = 0; line < 40; ++line)
+      out << "int f" << f << "_" << line << "(int x) { return x * " << line
+          << "; } /* padding padding */\n";
+  }
+  const std::string git = "/usr/bin/git";
+  run_checked({git, "init", "-q"}, repo);
+  run_checked({git, "add", "-A"}, repo);
+  run_checked({git, "-c", "user.name=bench", "-c", "user.email=bench@invalid",
+               "commit", "-q", "-m", "bench"},
+              repo);
+}
+
+// The policy directory with explore and implementation copied, explore's
+// tool-call and answer budgets raised so that one child can make a round trip
+// every millisecond for the whole run and report every sample.
+void copy_policies(const fs::path &to) {
+  fs::create_directories(to);
+  for (const auto &f :
+       fs::directory_iterator(fs::path(SUBAGENT_SOURCE_DIR) / "policies")) {
+    std::ifstream in(f.path());
+    std::string text((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    if (f.path().filename() == "explore.json") {
+      for (auto [from, repl] :
+           {std::pair<std::string, std::string>{"\"max_tool_calls\": 200",
+                                                "\"max_tool_calls\": 10000000"},
+            {"\"answer_bytes\": 48000", "\"answer_bytes\": 8000000"}}) {
+        auto at = text.find(from);
+        if (at == std::string::npos)
+          throw std::runtime_error("spawnload: explore.json has no " + from);
+        text.replace(at, from.size(), repl);
+      }
+    }
+    std::ofstream(to / f.path().filename()) << text;
+  }
+}
+
+struct Sample {
+  double start_us; // steady_clock, microseconds since its epoch
+  double value_us;
+};
+
+double steady_us(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch())
+      .count();
+}
+
+void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[spawnload] one child's broker round trip while eight others "
+              "spawn at once, all through one Hub\n");
+  const double seconds = o.quick ? 10 : 30;
+  const auto quiet = std::chrono::milliseconds(600);
+  const int burst = 8;
+  char tmpl[] = "/tmp/subagent-bench-load-XXXXXX";
+  if (!::mkdtemp(tmpl))
+    fail_errno("mkdtemp");
+  const fs::path root = fs::canonical(tmpl);
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_root{root};
+  const fs::path repo = root / "repo";
+  make_repository(repo, 1000);
+  copy_policies(root / "policies");
+  std::ofstream(root / "model.jsonl")
+      << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
+
+  supervisor::HubConfig cfg;
+  cfg.policy_dir = root / "policies";
+  cfg.child_executable = env.bench_child;
+  cfg.child_args = {"brief"};
+  cfg.max_concurrent = burst + 1;
+  cfg.max_per_turn = supervisor::kMaxPerTurnCeiling;
+  cfg.default_model = "replay:" + (root / "model.jsonl").string();
+  cfg.parent = "bench";
+  cfg.workspaces = {root / "locks", root / "state"};
+  supervisor::TranscriptOptions topt;
+  topt.dir = root / "transcripts"; // the real path: every write fsync'd
+  cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(
+      topt, supervisor::default_scrubber());
+  cfg.max_line = 16u << 20;
+  cfg.on_log = [](const std::string &line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  std::string pinger_id;
+  bool pinger_hello = false;
+  cfg.on_event = [&](const json &e) {
+    if (!pinger_id.empty() && e.value("child", "") == pinger_id &&
+        e.value("event", "") == "hello")
+      pinger_hello = true;
+  };
+  supervisor::Hub hub(io, cfg);
+
+  // The loop's own lateness: a timer due every 2 ms, how late each one ran.
+  std::vector<Sample> lateness;
+  bool probing = true;
+  asio::steady_timer probe(io);
+  std::function<void(Clock::time_point)> arm = [&](Clock::time_point due) {
+    probe.expires_at(due);
+    probe.async_wait([&, due](boost::system::error_code ec) {
+      if (ec || !probing)
+        return;
+      const auto now = Clock::now();
+      lateness.push_back({steady_us(due), us_between(due, now)});
+      arm(std::max(due + std::chrono::milliseconds(2), now));
+    });
+  };
+
+  std::optional<proto::Envelope> pinger_env;
+  supervisor::SpawnRequest pinger;
+  pinger.preset = "explore";
+  pinger.brief = fmt("paced %.0f 1000", seconds);
+  pinger.description = "bench: the child whose round trips are timed";
+  pinger.workspace = repo;
+  pinger_id =
+      hub.spawn(pinger, [&](const proto::Envelope &e) { pinger_env = e; });
+  run_until(io, [&] { return pinger_hello || pinger_env.has_value(); });
+  arm(Clock::now());
+
+  auto run_for = [&](Clock::duration d) {
+    asio::steady_timer t(io);
+    bool fired = false;
+    t.expires_after(d);
+    t.async_wait([&](boost::system::error_code) { fired = true; });
+    run_until(io, [&] { return fired; });
+  };
+
+  struct Window {
+    double from, to;
+  };
+  std::vector<Window> bursts;
+  std::vector<double> burst_ms;
+  std::string failure;
+  int rounds = 0;
+  while (!pinger_env) {
+    run_for(quiet);
+    if (pinger_env)
+      break;
+    int delivered = 0;
+    const auto t0 = Clock::now();
+    // As a front end does: the spawn requests arrive in one handler on the
+    // loop.
+    asio::post(io, [&] {
+      for (int k = 0; k < burst; ++k) {
+        supervisor::SpawnRequest r;
+        r.preset = "implementation";
+        r.brief = "pingpong 3";
+        r.description = "bench: one of eight spawned at once";
+        r.workspace = repo;
+        hub.spawn(r, [&](const proto::Envelope &e) {
+          ++delivered;
+          if (e.status != proto::Status::completed && failure.empty())
+            failure = e.reason;
+        });
+      }
+    });
+    run_until(io, [&] { return delivered == burst; });
+    const auto t1 = Clock::now();
+    bursts.push_back({steady_us(t0), steady_us(t1)});
+    burst_ms.push_back(us_between(t0, t1) / 1000);
+    ++rounds;
+    if (!failure.empty())
+      throw std::runtime_error("spawnload: a spawned child failed: " +
+                               failure);
+  }
+  probing = false;
+  probe.cancel();
+  run_until(io, [&] { return pinger_env.has_value(); });
+  bool hub_done = false;
+  hub.shutdown("benchmark done", [&] { hub_done = true; });
+  run_until(io, [&] { return hub_done; });
+  if (pinger_env->status != proto::Status::completed)
+    throw std::runtime_error("spawnload: the timed child did not complete: " +
+                             pinger_env->reason);
+
+  std::vector<Sample> rtt;
+  {
+    std::istringstream in(pinger_env->answer.text);
+    std::string item;
+    while (in >> item) {
+      auto colon = item.find(':');
+      if (colon == std::string::npos)
+        continue;
+      rtt.push_back({std::stod(item.substr(0, colon)) / 1000.0,
+                     std::stod(item.substr(colon + 1)) / 1000.0});
+    }
+  }
+  if (rtt.empty() || bursts.empty())
+    throw std::runtime_error("spawnload: no samples (answer of " +
+                             std::to_string(pinger_env->answer.text.size()) +
+                             " bytes, " + std::to_string(rounds) + " rounds)");
+  // A sample belongs to a burst when it started inside one; "quiet" samples
+  // are the others after the first burst began (the pinger's start is
+  // dropped).
+  auto split = [&](const std::vector<Sample> &v) {
+    std::pair<std::vector<double>, std::vector<double>> out;
+    for (const Sample &x : v) {
+      if (x.start_us < bursts.front().from - 1e6 * 0.5)
+        continue;
+      bool in_burst = false;
+      for (const Window &w : bursts)
+        if (x.start_us >= w.from && x.start_us <= w.to)
+          in_burst = true;
+      (in_burst ? out.first : out.second).push_back(x.value_us);
+    }
+    return out;
+  };
+  auto [rtt_burst, rtt_quiet] = split(rtt);
+  auto [late_burst, late_quiet] = split(lateness);
+  const Stats rb = stats(rtt_burst), rq = stats(rtt_quiet),
+              lb = stats(late_burst), lq = stats(late_quiet),
+              bm = stats(burst_ms);
+  std::printf("  %d rounds of %d spawns; burst (first spawn to last envelope) "
+              "p50 %.0f ms\n",
+              rounds, burst, bm.p50);
+  std::printf("  round trip while spawning: p50 %.1f us p99 %.1f us max %.1f "
+              "us (n %zu)\n",
+              rb.p50, rb.p99, rb.max, rb.n);
+  std::printf("  round trip quiet:          p50 %.1f us p99 %.1f us max %.1f "
+              "us (n %zu)\n",
+              rq.p50, rq.p99, rq.max, rq.n);
+  std::printf("  loop lateness while spawning: p50 %.0f us p99 %.0f us max "
+              "%.0f us; quiet p99 %.0f us\n",
+              lb.p50, lb.p99, lb.max, lq.p99);
+  json j = {{"what", "microseconds per tool_request/tool_decision round trip "
+                     "of one explore child (one every ms, timed in the child) "
+                     "while 8 implementation children (git worktree, "
+                     "transcripts fsync'd, patch, removal) spawn at once "
+                     "through the same Hub, vs. the same child between the "
+                     "bursts; loop lateness: a 2 ms timer on the loop"},
+            {"seconds", seconds},
+            {"rounds", rounds},
+            {"burst_ms", to_json(bm)},
+            {"rtt_during_spawns", to_json(rb)},
+            {"rtt_quiet", to_json(rq)},
+            {"loop_lateness_during_spawns", to_json(lb)},
+            {"loop_lateness_quiet", to_json(lq)},
+            {"ratios",
+             {{"p50", rb.p50 / rq.p50}, {"p99", rb.p99 / rq.p99}}}};
+  write_json(o, "spawnload", j);
+  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p50",
+           fmt("%.1f us", rb.p50), fmt("%.1f us", rq.p50),
+           fmt("%.2fx", rb.p50 / rq.p50), "-", "-"});
+  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p99",
+           us(rb.p99), us(rq.p99), fmt("%.2fx", rb.p99 / rq.p99), "-", "-"});
+  add_row({"7 spawn load", "loop lateness while 8 spawn vs quiet, p99",
+           us(lb.p99), us(lq.p99), fmt("%.2fx", lb.p99 / lq.p99), "-", "-"});
+}
+
 // ---- main
 // ----------------------------------------------------------------------------------------
 
@@ -1348,7 +1629,8 @@ int main(int argc, char **argv) {
           stderr,
           "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] "
           "[--quick]\n"
-          "names: spawn, broker, concurrent, memory, enforcement, tools\n");
+          "names: spawn, broker, concurrent, memory, enforcement, tools, "
+          "spawnload\n");
       return 64;
     }
   }
@@ -1384,7 +1666,8 @@ int main(int argc, char **argv) {
     asio::io_context io;
     struct utsname uts {};
     ::uname(&uts);
-    std::printf("subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load %s\n",
+    std::printf("subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load at "
+                "start %s\n",
                 ::sysconf(_SC_NPROCESSORS_ONLN),
                 first_line_with("/proc/cpuinfo", "model name").c_str(),
                 uts.release, static_cast<int>(::geteuid()),
@@ -1402,6 +1685,8 @@ int main(int argc, char **argv) {
       bench_enforcement(o, env, io);
     if (o.wants("tools"))
       bench_tools(o, env);
+    if (o.wants("spawnload"))
+      bench_spawnload(o, env, io);
 
     std::printf("\n| benchmark | measure | subject | baseline | ratio | target "
                 "| met |\n");
@@ -1431,8 +1716,10 @@ int main(int argc, char **argv) {
         {"rows", rows}};
     if (o.only.empty())
       write_json(o, "summary", summary);
-    std::printf("\n(%.0f s; results in %s)\n",
-                us_between(t0, Clock::now()) / 1e6, o.results.c_str());
+    std::printf("\n(%.0f s; load at end %s; results in %s)\n",
+                us_between(t0, Clock::now()) / 1e6,
+                first_line_with("/proc/loadavg", "").c_str(),
+                o.results.c_str());
   } catch (const std::exception &e) {
     std::fprintf(stderr, "subagent_bench: %s\n", e.what());
     return 1;

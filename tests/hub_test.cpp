@@ -10,7 +10,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <fstream>
+#include <thread>
 
+#include "orchestration/offload.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;
@@ -415,4 +417,54 @@ TEST_CASE("a stale patch is reported, not forced") {
   r = apply_patch(f.state.path(), id);
   CHECK_MESSAGE(r.ok, r.message);
   CHECK(test::slurp(f.ws.path() / "notes.txt") == "two\n");
+}
+
+// ---- offload.hpp: blocking work off the loop ----------------------------------------------------
+
+TEST_CASE("offloaded work runs on a worker thread and its result arrives on the loop thread") {
+  boost::asio::io_context io;
+  OffloadGroup jobs;
+  const auto loop = std::this_thread::get_id();
+  std::thread::id worker, done_on;
+  std::optional<Outcome<int>> got;
+  jobs.run(
+      io,
+      [&worker] {
+        worker = std::this_thread::get_id();
+        return 42;
+      },
+      [&](Outcome<int> r) {
+        done_on = std::this_thread::get_id();
+        got = std::move(r);
+      });
+  io.run();  // returns only once the result is in: the work keeps the loop busy
+  REQUIRE(got);
+  REQUIRE(*got);
+  CHECK(*got->value == 42);
+  CHECK(worker != loop);
+  CHECK(done_on == loop);
+}
+
+TEST_CASE("offloaded work that throws reports its message; a destroyed group drops the result") {
+  boost::asio::io_context io;
+  std::optional<Outcome<void>> failed;
+  {
+    OffloadGroup jobs;
+    jobs.run(io, [] { throw std::runtime_error("git worktree add failed: disk full"); },
+             [&](Outcome<void> r) { failed = std::move(r); });
+    io.run();
+  }
+  REQUIRE(failed);
+  CHECK_FALSE(*failed);
+  CHECK(failed->error == "git worktree add failed: disk full");
+
+  // The twin: the same work with its group gone before the loop runs never calls back.
+  io.restart();
+  bool called = false;
+  {
+    OffloadGroup jobs;
+    jobs.run(io, [] {}, [&called](Outcome<void>) { called = true; });
+  }  // waits for the work if it already started
+  io.run();
+  CHECK_FALSE(called);
 }

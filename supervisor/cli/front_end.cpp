@@ -90,6 +90,7 @@ void finish_front_end(FrontEndOptions& o) {
     TranscriptOptions t;
     t.dir = o.transcript_dir;
     t.keep = o.keep_transcripts;
+    t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
     b.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
   }
   b.audit = std::make_shared<AuditLog>(AuditOptions{!o.audit_file.empty() ? fs::path(o.audit_file)

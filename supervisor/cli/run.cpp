@@ -329,6 +329,7 @@ int cmd_run(Args args) {
     TranscriptOptions t;
     t.dir = transcript_dir;
     t.keep = keep_transcripts;
+    t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
     hc.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
   }
   hc.audit = std::make_shared<AuditLog>(

@@ -13,6 +13,18 @@ namespace supervisor {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace detail {
+// What try_start prepares off the loop before a child can start.
+struct StartPrep {
+  std::optional<Worktree> worktree;
+  std::vector<std::string> later_execution;
+  LaterExecutionSnapshot later_before;
+  std::vector<std::string> later_protected;
+  std::string error;         // the envelope's reason when preparing failed
+  bool scan_failed = false;  // the later-execution scan failed: the lock goes at once
+};
+}  // namespace detail
+
 struct Hub::Child {
   std::string id;
   SpawnRequest req;
@@ -32,6 +44,9 @@ struct Hub::Child {
   std::shared_ptr<SessionRecords> records;
   std::shared_ptr<WebTools> web;
   std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
+  // Its worktree or its later-execution scan is being prepared off the loop (counts as running).
+  bool starting = false;
+  std::optional<std::string> cancelled_while_starting;  // the reason of a cancel() meanwhile
 };
 
 namespace {
@@ -45,6 +60,99 @@ protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, co
   e.status = status;
   e.reason = reason;
   return e;
+}
+
+// On a worker: the later-execution scan of a locked workspace and the isolated worktree. Touches
+// only its arguments.
+detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& workspace, std::vector<std::string> later,
+                        const fs::path& state_dir, const std::string& id) {
+  detail::StartPrep p;
+  if (locked) {
+    try {
+      p.later_execution = std::move(later);
+      p.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
+      const std::string hooks = hooks_path_inside(workspace);
+      if (!hooks.empty()) p.later_execution.push_back(hooks);
+      const std::vector<std::string> existing = find_later_execution(workspace, p.later_execution);
+      for (const auto& rel : existing) p.later_protected.push_back((workspace / rel).string());
+      // What exists is read-only in the child: its own identity is enough to compare.
+      p.later_before = snapshot_later_execution(workspace, p.later_execution, existing);
+    } catch (const std::exception& e) {
+      p.later_execution.clear();
+      p.later_protected.clear();
+      p.error = std::string("could not inspect the workspace's later-execution paths: ") + e.what();
+      p.scan_failed = true;
+      return p;
+    }
+  }
+  if (worktree) {
+    try {
+      p.worktree = create_worktree(workspace, state_dir, id);
+    } catch (const std::exception& e) {
+      p.error = std::string("could not create an isolated worktree: ") + e.what();
+    }
+  }
+  return p;
+}
+
+// On a worker: what on_child_done does to a finished child's workspace and records before the
+// envelope is delivered. The session is done, so its records are no longer used on the loop.
+struct FinishWork {
+  std::vector<std::string> later_execution;
+  LaterExecutionSnapshot later_before;
+  std::vector<std::string> later_protected;
+  fs::path workspace;
+  std::optional<Worktree> worktree;
+  fs::path state_dir;
+  std::string id;
+  WritePolicy writes;
+  std::shared_ptr<SessionRecords> records;
+};
+
+void finish_later_execution_watch(const FinishWork& w, protocol::Envelope& e) {
+  if (w.later_execution.empty()) return;
+  std::vector<std::string> known;
+  for (const auto& [rel, id] : w.later_before.entries) known.push_back(rel);
+  LaterExecutionSnapshot after = snapshot_later_execution(w.workspace, w.later_execution, known);
+  std::vector<std::string> changed = later_execution_changes(w.later_before, after);
+  std::vector<std::string> nested;
+  for (const auto& p : changed) {
+    fs::path rel(p);
+    if (rel.filename() == ".git") nested.push_back(rel.parent_path().empty() ? "." : rel.parent_path().string());
+  }
+  json j = {{"changed", changed},
+            {"new_repositories", nested},
+            {"protected", w.later_protected},
+            {"scan_complete", w.later_before.complete && after.complete}};
+  if (!changed.empty())
+    j["warning"] = "the child created or changed paths whose contents run on the user's next ordinary command "
+                   "(git, an editor, an agent, CI); review them before using this workspace";
+  e.artifacts["later_execution"] = j;
+}
+
+// Returns the transcript problem to log on the loop ("" when none).
+std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope& e) {
+  if (locked) finish_later_execution_watch(w, e);
+  if (w.worktree) {
+    try {
+      Patch p = collect_patch(*w.worktree, w.state_dir, w.id, w.writes);
+      e.artifacts["patch"] = {{"path", p.file.string()},
+                              {"files", p.files},
+                              {"bytes", p.bytes},
+                              {"base", w.worktree->base},
+                              {"workspace", w.workspace.string()},
+                              {"review", to_json(p.review)},
+                              {"apply", "subagent-supervisor apply " + w.id +
+                                            (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
+    } catch (const std::exception& ex) {
+      e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
+    }
+    remove_worktree(*w.worktree);
+  }
+  // scrubbed; the transcript gets the final envelope
+  std::string problem;
+  if (w.records) w.records->finish_quietly(e, &problem);
+  return problem;
 }
 
 }  // namespace
@@ -156,35 +264,69 @@ bool Hub::try_start(Child& c) {
       return false;
     }
     c.lock = std::move(lock);
-    try {
-      start_later_execution_watch(c);
-    } catch (const std::exception& e) {
-      c.lock.reset();
-      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
-                                    std::string("could not inspect the workspace's later-execution paths: ") + e.what()));
-      return true;
-    }
   }
-  if (c.preset->workspace_mode == WorkspaceMode::worktree) {
-    try {
-      c.worktree = create_worktree(c.req.workspace, cfg_.workspaces.state_dir, c.id);
-    } catch (const std::exception& e) {
-      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
-                                    std::string("could not create an isolated worktree: ") + e.what()));
-      return true;
+  // The start is committed: the child holds its slot (and its lock) while its later-execution scan
+  // and its worktree are prepared off the loop; launch_prepared() goes on on the loop.
+  c.state = ChildState::running;
+  c.waiting_for.clear();
+  ++running_;
+  ++started_this_turn_;
+  c.starting = true;
+  const bool locked = c.lock.has_value(), worktree = c.preset->workspace_mode == WorkspaceMode::worktree;
+  if (!locked && !worktree) {  // nothing to prepare: start now, as pump() expects
+    launch_prepared(c, {}, true);
+    return true;
+  }
+  jobs_.run(
+      io_,
+      [locked, worktree, workspace = c.req.workspace, later = c.preset->writes.later_execution,
+       state_dir = cfg_.workspaces.state_dir, id = c.id] {
+        return prepare_start(locked, worktree, workspace, later, state_dir, id);
+      },
+      [this, id = c.id](Outcome<detail::StartPrep> r) {
+        auto it = children_.find(id);
+        if (it == children_.end()) return;
+        detail::StartPrep p;
+        if (r) p = std::move(*r.value);
+        else p.error = r.error;
+        launch_prepared(*it->second, std::move(p), false);
+      });
+  return true;
+}
+
+void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
+  c.starting = false;
+  c.later_execution = std::move(p.later_execution);
+  c.later_before = std::move(p.later_before);
+  c.later_protected = std::move(p.later_protected);
+  c.worktree = std::move(p.worktree);
+  auto unstart = [&](protocol::Status status, const std::string& reason) {
+    --running_;
+    --started_this_turn_;
+    if (p.scan_failed) c.lock.reset();
+    deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, status, reason));
+    if (!in_pump) pump();  // (pump() itself goes on with its queue)
+  };
+  if (c.cancelled_while_starting) {
+    if (c.worktree) {
+      jobs_.run(io_, [wt = *c.worktree] { remove_worktree(wt); }, [](Outcome<void>) {});
+      c.worktree.reset();
     }
+    c.lock.reset();
+    unstart(protocol::Status::cancelled, "cancelled before it started: " + *c.cancelled_while_starting);
+    return;
+  }
+  if (!p.error.empty()) {
+    unstart(protocol::Status::failed, p.error);
+    return;
   }
   std::unique_ptr<ModelProvider> provider;
   try {
     provider = cfg_.make_provider(c.req.model);
   } catch (const std::exception& e) {
-    deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed, e.what()));
-    return true;
+    unstart(protocol::Status::failed, e.what());
+    return;
   }
-  c.state = ChildState::running;
-  c.waiting_for.clear();
-  ++running_;
-  ++started_this_turn_;
   SessionConfig s = session_config(c);
   if (cfg_.transcripts || cfg_.audit) c.records = SessionRecords::attach(s, cfg_.transcripts, cfg_.audit, cfg_.parent);
   c.session = ChildSession::create(io_, std::move(s), std::move(provider));
@@ -193,39 +335,6 @@ bool Hub::try_start(Child& c) {
     // Deliver outside the session's own callback stack.
     boost::asio::post(io_, [this, id, e]() mutable { on_child_done(id, std::move(e)); });
   });
-  return true;
-}
-
-void Hub::start_later_execution_watch(Child& c) {
-  c.later_execution = c.preset->writes.later_execution;
-  c.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
-  const std::string hooks = hooks_path_inside(c.req.workspace);
-  if (!hooks.empty()) c.later_execution.push_back(hooks);
-  const std::vector<std::string> existing = find_later_execution(c.req.workspace, c.later_execution);
-  for (const auto& rel : existing) c.later_protected.push_back((c.req.workspace / rel).string());
-  // What exists is read-only in the child: its own identity is enough to compare.
-  c.later_before = snapshot_later_execution(c.req.workspace, c.later_execution, existing);
-}
-
-void Hub::finish_later_execution_watch(Child& c, protocol::Envelope& e) {
-  if (c.later_execution.empty()) return;
-  std::vector<std::string> known;
-  for (const auto& [rel, id] : c.later_before.entries) known.push_back(rel);
-  LaterExecutionSnapshot after = snapshot_later_execution(c.req.workspace, c.later_execution, known);
-  std::vector<std::string> changed = later_execution_changes(c.later_before, after);
-  std::vector<std::string> nested;
-  for (const auto& p : changed) {
-    fs::path rel(p);
-    if (rel.filename() == ".git") nested.push_back(rel.parent_path().empty() ? "." : rel.parent_path().string());
-  }
-  json j = {{"changed", changed},
-            {"new_repositories", nested},
-            {"protected", c.later_protected},
-            {"scan_complete", c.later_before.complete && after.complete}};
-  if (!changed.empty())
-    j["warning"] = "the child created or changed paths whose contents run on the user's next ordinary command "
-                   "(git, an editor, an agent, CI); review them before using this workspace";
-  e.artifacts["later_execution"] = j;
 }
 
 void Hub::pump() {
@@ -276,33 +385,38 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
   auto it = children_.find(id);
   if (it == children_.end()) return;
   Child& c = *it->second;
-  --running_;
-  if (c.lock) {
-    finish_later_execution_watch(c, e);
-    c.lock.reset();  // the next writer may go
-  }
-  if (c.worktree) {
-    try {
-      Patch p = collect_patch(*c.worktree, cfg_.workspaces.state_dir, c.id, c.preset->writes);
-      e.artifacts["patch"] = {{"path", p.file.string()},
-                              {"files", p.files},
-                              {"bytes", p.bytes},
-                              {"base", c.worktree->base},
-                              {"workspace", c.req.workspace.string()},
-                              {"review", to_json(p.review)},
-                              {"apply", "subagent-supervisor apply " + c.id +
-                                            (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
-    } catch (const std::exception& ex) {
-      e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
-    }
-    remove_worktree(*c.worktree);
-    c.worktree.reset();
-  }
   if (c.web) {
     attach_sources(e, *c.web);
     c.web.reset();
   }
-  if (c.records) c.records->finish(e);  // scrubbed; the transcript gets the final envelope
+  // The later-execution scan, the patch, the worktree's removal and the final transcript write run
+  // off the loop; the child keeps its slot and its lock until they are done.
+  FinishWork w{c.later_execution, c.later_before, c.later_protected, c.req.workspace, c.worktree,
+               cfg_.workspaces.state_dir, c.id, c.preset->writes, c.records};
+  jobs_.run(
+      io_,
+      [w = std::move(w), locked = c.lock.has_value(), e = std::move(e)]() mutable {
+        std::string problem = finish_off_loop(w, locked, e);
+        return std::make_pair(std::move(e), std::move(problem));
+      },
+      [this, id](Outcome<std::pair<protocol::Envelope, std::string>> r) { on_child_finished(id, std::move(r)); });
+}
+
+void Hub::on_child_finished(const std::string& id, Outcome<std::pair<protocol::Envelope, std::string>> r) {
+  auto it = children_.find(id);
+  if (it == children_.end()) return;
+  Child& c = *it->second;
+  --running_;
+  c.lock.reset();  // the next writer may go
+  c.worktree.reset();
+  protocol::Envelope e;
+  if (r) {
+    e = std::move(r.value->first);
+    if (c.records) c.records->report_problem(r.value->second);
+  } else {
+    e = unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
+                           "could not finish the child's records: " + r.error);
+  }
   deliver(c, std::move(e));
   pump();
 }
@@ -350,6 +464,10 @@ bool Hub::cancel(const std::string& id, const std::string& reason) {
   if (c.state == ChildState::done) return true;
   if (c.session) {
     c.session->cancel(reason);
+    return true;
+  }
+  if (c.starting) {  // its worktree or scan is being prepared: it ends when that is done
+    if (!c.cancelled_while_starting) c.cancelled_while_starting = reason;
     return true;
   }
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());

@@ -153,6 +153,10 @@ void ChildSession::report_progress() {
   if (cfg_.on_progress) cfg_.on_progress(progress());
 }
 
+struct ChildSession::StartPipes {
+  Pipe in, out, err;
+};
+
 void ChildSession::start(DoneHandler on_done) {
   ignore_sigpipe_once();
   on_done_ = std::move(on_done);
@@ -173,9 +177,12 @@ void ChildSession::start(DoneHandler on_done) {
     asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
     return;
   }
+  // The plan is prepared off the loop (seccomp, Landlock ruleset, paths: sandbox::prepare reads the
+  // file system); launch_prepared() launches it on the loop thread, which PR_SET_PDEATHSIG needs.
+  std::shared_ptr<StartPipes> pipes;
+  sandbox::LaunchRequest req;
   try {
-    Pipe in, out, err;
-    sandbox::LaunchRequest req;
+    pipes = std::make_shared<StartPipes>();
     req.executable = cfg_.child_executable.string();
     req.argv.push_back(cfg_.child_executable.string());
     req.argv.insert(req.argv.end(), cfg_.child_args.begin(), cfg_.child_args.end());
@@ -183,25 +190,52 @@ void ChildSession::start(DoneHandler on_done) {
     req.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
     req.child_dir = cfg_.child_executable;  // ${child}: the one program this child may exec
     req.extra_env.push_back("SUBAGENT_CHILD_ID=" + cfg_.id);
-    req.stdin_fd = in.read;
-    req.stdout_fd = out.write;
-    req.stderr_fd = err.write;
-    sandbox::PlanPtr plan = sandbox::prepare(cfg_.preset->sandbox, req);
-    for (const auto& l : sandbox::layers(*plan))
+    req.stdin_fd = pipes->in.read;
+    req.stdout_fd = pipes->out.write;
+    req.stderr_fd = pipes->err.write;
+  } catch (const std::exception& e) {
+    start_failed(e.what());
+    return;
+  }
+  // The session's state stays on the loop: the worker gets the (immutable) preset and the request.
+  jobs_.run(
+      io_, [preset = cfg_.preset, req = std::move(req)] { return sandbox::prepare(preset->sandbox, req); },
+      [self = shared_from_this(), pipes](Outcome<sandbox::PlanPtr> plan) {
+        self->launch_prepared(std::move(plan), *pipes);
+      });
+}
+
+void ChildSession::start_failed(const std::string& why) {
+  // Launch failed before the child ran anything: report, never run it unsandboxed.
+  fail(proto::Status::failed, std::string("could not start the child: ") + why);
+  exited_ = true;
+  stdout_eof_ = true;
+  asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+}
+
+void ChildSession::launch_prepared(Outcome<sandbox::PlanPtr> plan, StartPipes& pipes) {
+  if (status_ == proto::Status::cancelled) {  // cancel() while the plan was prepared: nothing ran
+    exited_ = true;
+    stdout_eof_ = true;
+    maybe_finish();
+    return;
+  }
+  if (!plan) {
+    start_failed(plan.error);
+    return;
+  }
+  try {
+    for (const auto& l : sandbox::layers(**plan.value))
       (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
-    sandbox::Child child = sandbox::launch(*plan);
+    sandbox::Child child = sandbox::launch(**plan.value);
     launched_ = child;
     pid_ = child.pid;
     pidfd_.assign(child.pidfd);
-    to_child_.assign(in.release_write());
-    from_child_.assign(out.release_read());
-    child_err_.assign(err.release_read());
+    to_child_.assign(pipes.in.release_write());
+    from_child_.assign(pipes.out.release_read());
+    child_err_.assign(pipes.err.release_read());
   } catch (const std::exception& e) {
-    // Launch failed before the child ran anything: report, never run it unsandboxed.
-    fail(proto::Status::failed, std::string("could not start the child: ") + e.what());
-    exited_ = true;
-    stdout_eof_ = true;
-    asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+    start_failed(e.what());
     return;
   }
   emit(make_event(EventKind::started, {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));

@@ -115,17 +115,30 @@ void SessionRecords::on_log(const std::string& line) {
 }
 
 std::string SessionRecords::finish(protocol::Envelope& e) noexcept {
+  std::string problem;
+  std::string error = finish_quietly(e, &problem);
+  report_problem(problem);
+  return error;
+}
+
+void SessionRecords::report_problem(const std::string& problem) noexcept {
+  if (!problem.empty()) report(problem);
+}
+
+std::string SessionRecords::finish_quietly(protocol::Envelope& e, std::string* problem) noexcept {
   try {
     scrub_envelope(*scrubber_, e, summary_cap_, answer_cap_);
     if (!transcript_) {
       e.transcript.reset();
       return transcript_error_;
     }
+    transcript_->wait_written();  // a background store's versions so far are on disk
     json final_json = protocol::to_json(e);
     final_json["transcript"] = transcript_->path().string();
     if (!envelope_seen_ || transcript_->envelope() != final_json) {
       envelope_seen_ = true;
       transcript_->record_envelope(final_json);
+      transcript_->wait_written();
     }
     if (transcript_->finished() && transcript_->error().empty()) {
       e.transcript = transcript_->path().string();
@@ -133,7 +146,7 @@ std::string SessionRecords::finish(protocol::Envelope& e) noexcept {
     } else {
       e.transcript.reset();
       transcript_error_ = transcript_->error().empty() ? "the transcript has no envelope" : transcript_->error();
-      report("transcript: " + transcript_error_ + " (the envelope's transcript is null)");
+      if (problem) *problem = "transcript: " + transcript_error_ + " (the envelope's transcript is null)";
     }
   } catch (const std::exception& ex) {
     e.transcript.reset();

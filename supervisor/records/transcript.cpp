@@ -15,7 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <set>
 #include <vector>
 
@@ -194,6 +197,19 @@ std::string atomic_replace(int dirfd, const fs::path& dir, const std::string& na
   return {};
 }
 
+// One event as it stands inside the file's "events" array (the document is dumped with indent 1, so
+// an element sits two spaces deep): a newline, the element, every line of it indented by two more.
+// Strings never hold a raw newline (JSON escapes it), so only the dump's own line breaks are met.
+void append_event_text(std::string& out, const json& e, bool first) {
+  const std::string d = e.dump(1, ' ', false, json::error_handler_t::replace);
+  if (!first) out += ',';
+  out += "\n  ";
+  for (char c : d) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+}
+
 bool is_checkpoint(const std::string& kind, const json& event) {
   static const std::set<std::string> key = {"started", "approval", "budget", "cancel", "kill", "failure", "exit"};
   if (key.count(kind)) return true;
@@ -243,6 +259,34 @@ struct TranscriptStore::Shared {
   std::string error;
   std::set<std::string> active;  // ids whose Transcript objects are alive
 
+  // The writer thread of a background store (TranscriptOptions::background): one thread, so the
+  // versions of one transcript reach the disk in order. Started at the first write.
+  std::mutex wmu;
+  std::condition_variable wcv;
+  std::deque<std::function<void()>> wqueue;
+  bool wstop = false;
+  std::thread writer;
+
+  void post_write(std::function<void()> job) {
+    std::lock_guard lock(wmu);
+    if (!writer.joinable()) writer = std::thread([this] { run_writer(); });
+    wqueue.push_back(std::move(job));
+    wcv.notify_one();
+  }
+  void run_writer() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(wmu);
+        wcv.wait(lock, [&] { return wstop || !wqueue.empty(); });
+        if (wqueue.empty()) return;  // stopping, and every queued write is done
+        job = std::move(wqueue.front());
+        wqueue.pop_front();
+      }
+      job();
+    }
+  }
+
   std::string ensure_dir() {
     if (dirfd >= 0) return {};
     error = detail::make_private_dirs(dir);
@@ -253,6 +297,12 @@ struct TranscriptStore::Shared {
   }
 
   ~Shared() {
+    {
+      std::lock_guard lock(wmu);
+      wstop = true;
+    }
+    wcv.notify_all();
+    if (writer.joinable()) writer.join();
     if (dirfd >= 0) ::close(dirfd);
   }
 };
@@ -413,6 +463,7 @@ Transcript::Transcript(std::shared_ptr<TranscriptStore::Shared> store, const Tra
 }
 
 Transcript::~Transcript() {
+  wait_written();  // queued writes use this object
   std::lock_guard lock(store_->mu);
   store_->active.erase(id_);
 }
@@ -446,16 +497,23 @@ void Transcript::record(const json& event) noexcept {
     } else if (kind == "started" && e.contains("sandbox")) {
       doc_["sandbox"] = e["sandbox"];
     }
-    auto& events = doc_["events"];
-    if (events.size() < store_->options.max_events) events.push_back(std::move(e));
-    else ++dropped_;
+    if (events_ < store_->options.max_events) {
+      // Serialised once, as it will stand in the file: a checkpoint copies the text instead of
+      // serialising every event again (which made a long session's checkpoints quadratic).
+      append_event_text(events_text_, e, events_ == 0);
+      ++events_;
+    } else {
+      ++dropped_;
+    }
     dirty_ = true;
     if (is_checkpoint(kind, event) || std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
-      write();
+      // A question to the parent is on disk before the parent is asked; other checkpoints of a
+      // background store are written behind.
+      write_version(kind != "approval" && !(kind == "tool_decision" && event.value("decision", "") == "ask"));
   } catch (const std::exception& ex) {
-    error_ = std::string("transcript ") + path_.string() + ": " + ex.what();
+    set_error(std::string("transcript ") + path_.string() + ": " + ex.what());
   } catch (...) {
-    error_ = "transcript " + path_.string() + ": unknown error";
+    set_error("transcript " + path_.string() + ": unknown error");
   }
 }
 
@@ -467,47 +525,113 @@ bool Transcript::record_envelope(const json& envelope) noexcept {
     doc_["status"] = "finished";
     finished_ = true;
     dirty_ = true;
-    return write();
+    // Background: written behind; SessionRecords::finish waits for it (wait_written) before it
+    // names the file in the envelope.
+    return write_version(true);
   } catch (const std::exception& ex) {
-    error_ = std::string("transcript ") + path_.string() + ": " + ex.what();
+    set_error(std::string("transcript ") + path_.string() + ": " + ex.what());
   } catch (...) {
-    error_ = "transcript " + path_.string() + ": unknown error";
+    set_error("transcript " + path_.string() + ": unknown error");
   }
   return false;
 }
 
 bool Transcript::flush() noexcept { return write(); }
 
-bool Transcript::write() noexcept {
+bool Transcript::write() noexcept { return write_version(false); }
+
+std::string Transcript::error() const {
+  std::lock_guard lock(disk_mu_);
+  return error_;
+}
+
+std::size_t Transcript::writes() const noexcept {
+  std::lock_guard lock(disk_mu_);
+  return writes_;
+}
+
+void Transcript::set_error(std::string e) noexcept {
+  std::lock_guard lock(disk_mu_);
+  error_ = std::move(e);
+}
+
+void Transcript::wait_written() noexcept {
+  std::unique_lock lock(disk_mu_);
+  disk_idle_.wait(lock, [&] { return pending_ == 0; });
+}
+
+bool Transcript::write_version(bool behind) noexcept {
   try {
-    doc_["updated_at"] = rfc3339_utc();
-    doc_["events_dropped"] = dropped_;
-    std::string data = doc_.dump(1, ' ', false, json::error_handler_t::replace);
-    data += '\n';
+    if (!store_->options.background) return write_now(serialise());
+    auto data = std::make_shared<std::string>(serialise());
+    last_write_ = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(disk_mu_);
+      ++pending_;
+    }
+    // ~Transcript waits for pending_ to reach 0, so `this` outlives the job.
+    store_->post_write([this, data] {
+      write_now(*data);
+      std::lock_guard lock(disk_mu_);
+      --pending_;
+      disk_idle_.notify_all();
+    });
+    if (behind) return true;
+    wait_written();
+    return error().empty();
+  } catch (const std::exception& ex) {
+    set_error(std::string("cannot write transcript ") + path_.string() + ": " + ex.what());
+  } catch (...) {
+    set_error("cannot write transcript " + path_.string() + ": unknown error");
+  }
+  return false;
+}
+
+std::string Transcript::serialise() {
+  doc_["updated_at"] = rfc3339_utc();
+  doc_["events_dropped"] = dropped_;
+  // doc_ keeps "events" empty; the recorded events' text goes in its place. The result is byte for
+  // byte what dumping the whole document would give.
+  std::string data = doc_.dump(1, ' ', false, json::error_handler_t::replace);
+  if (events_ > 0) {
+    static constexpr std::string_view kEvents = "\n \"events\": []";
+    const auto at = data.find(kEvents);
+    if (at == std::string::npos) throw std::logic_error("the transcript document has no top-level events");
+    data.replace(at + kEvents.size() - 2, 2, "[" + events_text_ + "\n ]");
+  }
+  data += '\n';
+  return data;
+}
+
+// On the writer thread of a background store, else on the caller's: the only code that touches
+// on_disk_. Never throws.
+bool Transcript::write_now(const std::string& data) noexcept {
+  try {
     int dirfd;
     {
       std::lock_guard lock(store_->mu);
       if (std::string e = store_->ensure_dir(); !e.empty()) {
-        error_ = "cannot write transcript " + path_.string() + ": " + e;
+        set_error("cannot write transcript " + path_.string() + ": " + e);
         return false;
       }
       dirfd = store_->dirfd;
     }
     const std::string name = path_.filename().string();
     std::string err = atomic_replace(dirfd, store_->dir, name, data, on_disk_, store_->options.sync);
-    last_write_ = std::chrono::steady_clock::now();  // a failing disk is retried at the next checkpoint
+    if (!store_->options.background)
+      last_write_ = std::chrono::steady_clock::now();  // a failing disk is retried at the next checkpoint
+    std::lock_guard lock(disk_mu_);
     if (!err.empty()) {
       error_ = std::move(err);
       return false;
     }
     error_.clear();
-    dirty_ = false;
     ++writes_;
     return true;
   } catch (const std::exception& ex) {
-    error_ = std::string("cannot write transcript ") + path_.string() + ": " + ex.what();
+    set_error(std::string("cannot write transcript ") + path_.string() + ": " + ex.what());
   } catch (...) {
-    error_ = "cannot write transcript " + path_.string() + ": unknown error";
+    set_error("cannot write transcript " + path_.string() + ": unknown error");
   }
   return false;
 }

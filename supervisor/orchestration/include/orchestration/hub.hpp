@@ -3,7 +3,9 @@
 // one-writer-per-workspace locks, prepares isolated worktrees for implementation children and turns
 // their work into patches. Front ends (`serve`, `mcp`) sit on top of it.
 //
-// Single-threaded: every method must be called on the io_context's thread.
+// Single-threaded: every method must be called on the io_context's thread. Worktree creation, the
+// later-execution scans, patch collection, worktree removal and the final transcript write run on
+// worker threads (offload.hpp), their results posted back to that thread.
 //
 // Errors: spawn() throws ScopeError or WideningError (scope.hpp) naming the field; once accepted, every
 // failure ends in the child's envelope.
@@ -30,6 +32,7 @@
 #include "orchestration/session.hpp"
 #include "records/transcript.hpp"
 #include "orchestration/workspace.hpp"
+#include "orchestration/offload.hpp"
 
 namespace supervisor {
 
@@ -85,6 +88,10 @@ struct ChildInfo {
   std::optional<protocol::Envelope> envelope;
 };
 
+namespace detail {
+struct StartPrep;
+}  // namespace detail
+
 class Hub {
  public:
   using DoneHandler = std::function<void(const protocol::Envelope&)>;
@@ -120,8 +127,10 @@ class Hub {
   void forget_finished(const Child& newest);
   void check_shutdown();
   SessionConfig session_config(Child& c);
-  void start_later_execution_watch(Child& c);
-  void finish_later_execution_watch(Child& c, protocol::Envelope& e);
+  // Goes on with a start once its preparation is done; `in_pump`: called from pump() (which then
+  // goes on by itself).
+  void launch_prepared(Child& c, detail::StartPrep p, bool in_pump);
+  void on_child_finished(const std::string& id, Outcome<std::pair<protocol::Envelope, std::string>> r);
 
   boost::asio::io_context& io_;
   HubConfig cfg_;
@@ -133,6 +142,7 @@ class Hub {
   bool polling_ = false;
   std::function<void()> shutdown_done_;
   bool shutting_down_ = false;
+  OffloadGroup jobs_;  // last: destroyed first, so no result arrives at a half-destroyed hub
 };
 
 }  // namespace supervisor

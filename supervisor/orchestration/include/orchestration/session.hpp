@@ -31,6 +31,7 @@
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
+#include "orchestration/offload.hpp"
 #include "web/brokered_tools.hpp"
 #include "orchestration/budget_meter.hpp"
 #include "orchestration/budgets.hpp"
@@ -142,6 +143,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
   void kill_tree(const std::string& why);
   void maybe_finish();
+  void start_failed(const std::string& why);
+  struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
+  void launch_prepared(Outcome<sandbox::PlanPtr> plan, StartPipes& pipes);
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
@@ -216,6 +220,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
     boost::asio::steady_timer timer;  // the approval timeout
   };
   std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask
+  OffloadGroup jobs_;  // sandbox::prepare off the loop; last, so it goes first
 };
 
 // A fresh child id: 12 lowercase hex characters from the kernel's random source.

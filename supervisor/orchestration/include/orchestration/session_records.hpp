@@ -49,6 +49,11 @@ class SessionRecords {
   // otherwise), and returns the transcript error ("" when none). When `e` differs from the envelope
   // the session emitted (e.g. the hub added a patch artifact) the transcript is rewritten with `e`.
   std::string finish(protocol::Envelope& e) noexcept;
+  // finish() in two halves, for the hub, which finishes off the loop once the session is done (no
+  // event can arrive any more): finish_quietly() logs nothing and returns in `problem` what finish()
+  // would log; report_problem() logs it, on the loop thread.
+  std::string finish_quietly(protocol::Envelope& e, std::string* problem) noexcept;
+  void report_problem(const std::string& problem) noexcept;
 
   const std::shared_ptr<Transcript>& transcript() const noexcept { return transcript_; }
   // Why there is no transcript or it is not current, or empty.

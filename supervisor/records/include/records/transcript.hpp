@@ -17,7 +17,9 @@
 // strings naming the file and the cause, and the envelope's transcript is then null.
 //
 // Threading: TranscriptStore may be shared between sessions and threads (it locks what it shares);
-// a Transcript belongs to one session and is used on that session's io thread.
+// a Transcript belongs to one session and is used on one thread at a time: the session's io thread,
+// or a worker the hub hands a finished session's records to (orchestration/hub.cpp). A background
+// store writes on its own thread (TranscriptOptions::background).
 #pragma once
 
 #include <sys/types.h>
@@ -26,6 +28,8 @@
 #include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -62,6 +66,12 @@ struct TranscriptOptions {
   std::size_t max_record_bytes = 512 * 1024; // per event: longer ones keep the start of each string
   std::size_t max_events = 20'000;           // later events are counted in "events_dropped"
   bool sync = true;                          // fsync file and directory (off only in benchmarks)
+  // Checkpoints go to disk on the store's own writer thread, in order, and record() returns at
+  // once (the front ends set this: their event loop never waits for a disk). The first version,
+  // flush() and a question to the parent (an "ask" or approval event) are still on disk when the
+  // call returns; SessionRecords::finish waits for the final version. Errors show in error() once
+  // the write is done.
+  bool background = false;
 };
 
 // What a transcript says about the child before any event.
@@ -128,20 +138,34 @@ class Transcript {
   // The envelope as recorded (scrubbed), or null before record_envelope().
   const nlohmann::json& envelope() const noexcept { return doc_["envelope"]; }
   // The last write's error, or empty when the file on disk is current.
-  const std::string& error() const noexcept { return error_; }
+  std::string error() const;
   bool finished() const noexcept { return finished_; }
-  std::size_t writes() const noexcept { return writes_; }
+  std::size_t writes() const noexcept;
+  // Waits until every version queued by a background store is on disk (or failed).
+  void wait_written() noexcept;
 
  private:
   friend class TranscriptStore;
   Transcript(std::shared_ptr<TranscriptStore::Shared> store, const TranscriptHeader& header);
-  bool write() noexcept;
+  bool write() noexcept;  // the current version, on disk when it returns
+  // The current version; a background store queues it and, when `behind`, returns at once.
+  bool write_version(bool behind) noexcept;
+  std::string serialise();
+  bool write_now(const std::string& data) noexcept;
+  void set_error(std::string e) noexcept;
 
   std::shared_ptr<TranscriptStore::Shared> store_;
   std::string id_;
   std::filesystem::path path_;
-  nlohmann::json doc_;
+  nlohmann::json doc_;        // everything but the events, whose "events" stays empty
+  std::string events_text_;   // the recorded events as they stand in the file (append_event_text)
+  std::size_t events_ = 0;
   std::size_t dropped_ = 0;
+  // Shared with the writer thread of a background store, under disk_mu_: error_, writes_, pending_.
+  // on_disk_ is touched only by write_now() (the writer thread when there is one).
+  mutable std::mutex disk_mu_;
+  std::condition_variable disk_idle_;
+  std::size_t pending_ = 0;
   std::string error_;
   bool finished_ = false;
   bool dirty_ = false;
