@@ -31,9 +31,9 @@
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
 #include "seccomp.hpp" // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
-#include "supervisor/model.hpp"
-#include "supervisor/preset.hpp"
-#include "supervisor/session.hpp"
+#include "models/model.hpp"
+#include "policy/preset.hpp"
+#include "orchestration/session.hpp"
 
 namespace fs = std::filesystem;
 namespace proto = protocol;

@@ -5,7 +5,7 @@
 #   PREFIX/share/subagent-supervisor/policies/           *.json (schema.json included) and README.md
 #   PREFIX/share/doc/subagent-supervisor/                README.md, docs/, policies/, protocol/, examples/
 # The supervisor finds the child and the presets relative to its own location, so the tree can be
-# installed under any prefix and moved afterwards (supervisor/src/install_layout.cpp).
+# installed under any prefix and moved afterwards (supervisor/cli/install_layout.cpp).
 # tests/install_test.sh installs into a temporary prefix and runs the demo from there.
 
 if(BUILD_SHARED_LIBS)

@@ -1,6 +1,6 @@
 // Audit log: which events become lines and what each names, scrubbing, O_APPEND from concurrent
 // writers, and the `audit` command's queries.
-#include "supervisor/audit.hpp"
+#include "records/audit.hpp"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <set>
 
-#include "supervisor/transcript.hpp"
+#include "records/transcript.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

@@ -1,7 +1,7 @@
-#include "supervisor/budgets.hpp"
+#include "orchestration/budgets.hpp"
 
-#include "supervisor/control.hpp"
-#include "supervisor/hub.hpp"
+#include "frontends/control.hpp"
+#include "orchestration/hub.hpp"
 
 #include <doctest/doctest.h>
 

@@ -11,9 +11,10 @@
 #include <sstream>
 
 #include "serve_driver.hpp"
-#include "supervisor/preset.hpp"
-#include "supervisor/scrub.hpp"
-#include "supervisor/transcript.hpp"
+#include "policy/preset.hpp"
+#include "records/scrub.hpp"
+#include "orchestration/session_records.hpp"
+#include "records/transcript.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -1,4 +1,4 @@
-// The exit-status table (supervisor/cli.hpp kExitStatusTable, README "Exit status"), one test per
+// The exit-status table (cli/cli.hpp kExitStatusTable, README "Exit status"), one test per
 // row, through the real CLI.
 #include <doctest/doctest.h>
 #include <signal.h>

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "protocol/messages.hpp"
-#include "supervisor/budgets.hpp"
-#include "supervisor/control.hpp"
-#include "supervisor/parent_io.hpp"
-#include "supervisor/preset.hpp"
+#include "orchestration/budgets.hpp"
+#include "frontends/control.hpp"
+#include "frontends/parent_io.hpp"
+#include "policy/preset.hpp"
 #include "test_util.hpp"
 // A private header of the providers: the model's tool-call argument text is parsed there.
-#include "../supervisor/src/provider_stream.hpp"
+#include "../supervisor/models/provider_stream.hpp"
 
 using nlohmann::json;
 

@@ -1,5 +1,5 @@
 // The libcurl multi handle on the Asio loop.
-#include "supervisor/http.hpp"
+#include "net/http.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // The hub behind `serve` and `mcp`: scope checks (inherit, never widen), approvals, the concurrency
 // and per-turn limits, cancel, the one-writer lock, and implementation worktrees with patches.
-#include "supervisor/hub.hpp"
+#include "orchestration/hub.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/mount.h>

@@ -3,8 +3,8 @@
 // official SDK in tests/mcp/*.test.mjs.
 #include <doctest/doctest.h>
 
-#include "supervisor/control.hpp"
-#include "supervisor/mcp.hpp"
+#include "frontends/control.hpp"
+#include "frontends/mcp.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

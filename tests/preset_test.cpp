@@ -1,4 +1,4 @@
-#include "supervisor/preset.hpp"
+#include "policy/preset.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "protocol/tools.hpp"
-#include "supervisor/policy_lint.hpp"
+#include "policy/policy_lint.hpp"
 
 using namespace supervisor;
 using nlohmann::json;

@@ -19,11 +19,11 @@
 
 #include "fake_model_server.hpp"
 #include "serve_driver.hpp"
-#include "supervisor/budgets.hpp"
-#include "supervisor/model_config.hpp"
-#include "supervisor/providers.hpp"
-#include "supervisor/session.hpp"
-#include "supervisor/web_tools.hpp"
+#include "orchestration/budgets.hpp"
+#include "models/model_config.hpp"
+#include "models/providers.hpp"
+#include "orchestration/session.hpp"
+#include "web/web_tools.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -1,5 +1,5 @@
 // Anthropic Messages provider against the loopback fake server, speaking the real wire format.
-#include "supervisor/providers.hpp"
+#include "models/providers.hpp"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "supervisor/http.hpp"
+#include "net/http.hpp"
 #include "fake_model_server.hpp"
 #include "test_util.hpp"
 

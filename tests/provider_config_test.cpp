@@ -1,13 +1,13 @@
 // --model specs and the model config file (docs/models.md).
-#include "supervisor/model_config.hpp"
+#include "models/model_config.hpp"
 
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
 #include <boost/asio/io_context.hpp>
 
-#include "supervisor/model.hpp"
-#include "supervisor/providers.hpp"
+#include "models/model.hpp"
+#include "models/providers.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "supervisor/http.hpp"
+#include "net/http.hpp"
 #include "fake_model_server.hpp"
 #include "test_util.hpp"
 

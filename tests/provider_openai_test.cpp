@@ -1,5 +1,5 @@
 // OpenAI-compatible provider against the loopback fake server, speaking the real wire format.
-#include "supervisor/providers.hpp"
+#include "models/providers.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "supervisor/http.hpp"
+#include "net/http.hpp"
 #include "fake_model_server.hpp"
 #include "test_util.hpp"
 

@@ -1,6 +1,6 @@
 // Secret scrubbing: every kind of secret is redacted wherever it sits in a string or a JSON value, and
 // for each kind a near miss (same shape, not a secret) survives untouched, so the tests can fail.
-#include "supervisor/scrub.hpp"
+#include "records/scrub.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "supervisor/sse.hpp"
+#include "models/sse.hpp"
 
 #include <doctest/doctest.h>
 

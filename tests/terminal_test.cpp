@@ -1,4 +1,4 @@
-// What a child or a model wrote, shown to a person (supervisor/terminal.hpp): escaped on a terminal,
+// What a child or a model wrote, shown to a person (records/terminal.hpp): escaped on a terminal,
 // so a hostile child cannot clear the screen, set the title, write the clipboard or forge a line.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "supervisor/terminal.hpp"
+#include "records/terminal.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -1,6 +1,7 @@
 // Transcript store: content and format, atomic writes under SIGKILL, the never-overwrite rule,
 // retention, unwritable and full directories, and planted secrets across a real session.
-#include "supervisor/transcript.hpp"
+#include "orchestration/session_records.hpp"
+#include "records/transcript.hpp"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -17,8 +18,8 @@
 #include <random>
 #include <thread>
 
-#include "supervisor/audit.hpp"
-#include "supervisor/budgets.hpp"
+#include "records/audit.hpp"
+#include "orchestration/budgets.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

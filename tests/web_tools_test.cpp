@@ -1,5 +1,5 @@
 // web_fetch / web_search against the loopback fake server; the SSRF list, redirects, HTML to text.
-#include "supervisor/web_tools.hpp"
+#include "web/web_tools.hpp"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "supervisor/http.hpp"
+#include "net/http.hpp"
 #include "fake_model_server.hpp"
 #include "test_util.hpp"
 

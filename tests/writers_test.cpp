@@ -3,7 +3,7 @@
 // workspace modes, the writer lock covers ancestors and descendants, patches are reviewed, and
 // later-execution paths are protected or flagged. Every "did not run" has a twin showing that the
 // same repository does run the program for a plain `git` call.
-#include "supervisor/git_step.hpp"
+#include "orchestration/git_step.hpp"
 
 #include <doctest/doctest.h>
 
@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "serve_driver.hpp"
-#include "supervisor/preset.hpp"
-#include "supervisor/workspace.hpp"
+#include "policy/preset.hpp"
+#include "orchestration/workspace.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -11,8 +11,8 @@
 #include "fuzz_util.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
-#include "supervisor/budgets.hpp"
-#include "supervisor/control.hpp"
+#include "orchestration/budgets.hpp"
+#include "frontends/control.hpp"
 
 namespace {
 

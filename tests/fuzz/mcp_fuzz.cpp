@@ -11,8 +11,8 @@
 
 #include "fuzz_util.hpp"
 #include "protocol/framing.hpp"
-#include "supervisor/control.hpp"
-#include "supervisor/mcp.hpp"
+#include "frontends/control.hpp"
+#include "frontends/mcp.hpp"
 
 namespace {
 

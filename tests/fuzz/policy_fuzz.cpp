@@ -10,7 +10,7 @@
 #include "fuzz_util.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/policy.hpp"
-#include "supervisor/preset.hpp"
+#include "policy/preset.hpp"
 
 namespace {
 

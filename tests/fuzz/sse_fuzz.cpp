@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
-#include "supervisor/sse.hpp"
+#include "models/sse.hpp"
 
 namespace {
 

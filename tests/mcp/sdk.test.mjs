@@ -27,7 +27,7 @@ function tempDir(name) {
   return d;
 }
 
-// A replay script: one scripted assistant turn per line (supervisor/src/replay_provider.cpp).
+// A replay script: one scripted assistant turn per line (supervisor/models/replay_provider.cpp).
 function script(turns) {
   const file = join(tempDir('script'), 'model.jsonl');
   writeFileSync(file, turns.map((t) => JSON.stringify(t)).join('\n') + '\n');

@@ -223,13 +223,13 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 // request, in 128-token steps from 1,024; Anthropic: only at cache_control breakpoints, read where an
 // earlier request wrote the same prefix, written up to the last breakpoint).
 const char* const kLoopFiles[] = {
-    "supervisor/src/session.cpp",     "supervisor/src/hub.cpp",         "supervisor/src/http_client.cpp",
-    "supervisor/src/transcript.cpp",  "supervisor/src/web_tools.cpp",   "sandbox/launch.cpp",
-    "child/tools/grep.cpp",           "supervisor/src/cmd_mcp.cpp",     "protocol/messages.cpp",
-    "supervisor/src/provider_stream.cpp", "supervisor/src/mcp.cpp",     "supervisor/src/preset.cpp",
-    "supervisor/src/scrub.cpp",       "child/tools/common.cpp",         "supervisor/src/cmd_run.cpp",
-    "child/tools/read_tools.cpp",     "supervisor/src/workspace.cpp",   "child/tools/process.cpp",
-    "supervisor/src/model_config.cpp", "supervisor/src/cmd_policy.cpp"};
+    "supervisor/orchestration/session.cpp",     "supervisor/orchestration/hub.cpp",         "supervisor/net/http_client.cpp",
+    "supervisor/records/transcript.cpp",  "supervisor/web/web_tools.cpp",   "sandbox/launch.cpp",
+    "child/tools/grep.cpp",           "supervisor/cli/mcp.cpp",     "protocol/messages.cpp",
+    "supervisor/models/provider_stream.cpp", "supervisor/frontends/mcp.cpp",     "supervisor/policy/preset.cpp",
+    "supervisor/records/scrub.cpp",       "child/tools/common.cpp",         "supervisor/cli/run.cpp",
+    "child/tools/read_tools.cpp",     "supervisor/orchestration/workspace.cpp",   "child/tools/process.cpp",
+    "supervisor/models/model_config.cpp", "supervisor/cli/policy.cpp"};
 
 struct Loop {
   int steps = 40;
@@ -344,7 +344,7 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                      {"end_line", 60 * (k / nfiles + 1)}};
   const std::string text = call ? "Reading the next file." :
       "## Summary\nExplored " + std::to_string(k) + " file windows of the repository.\n## What I did or found\n"
-      "Read the session, hub, HTTP and protocol code.\n## Evidence\n- supervisor/src/session.cpp:1 - the session\n";
+      "Read the session, hub, HTTP and protocol code.\n## Evidence\n- supervisor/orchestration/session.cpp:1 - the session\n";
   const std::string args_text = args.dump();
   const long visible = tokens_of(text.size() + (call ? args_text.size() + 9 : 0), 4);
   Sse s(fd);

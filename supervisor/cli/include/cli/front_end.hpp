@@ -1,0 +1,38 @@
+// The command-line flags shared by the parent-facing front ends (`serve` and `mcp`): both put a Hub
+// on an io_context (serve_server.hpp, mcp_server.hpp) and differ only in the wire protocol they speak
+// to the parent. Errors: a bad flag throws UsageError naming it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/cli.hpp"
+#include "orchestration/hub.hpp"
+
+namespace supervisor::cli {
+
+struct FrontEndOptions {
+  HubConfig base;  // finished by finish_front_end()
+  std::filesystem::path default_workspace = std::filesystem::current_path();
+  std::size_t max_line = 4u << 20;
+  std::string policy_dir, child, transcript_dir, audit_file;
+  std::uint64_t keep_transcripts = 200;
+  bool no_transcript = false;
+  std::vector<std::string> redact;
+
+  FrontEndOptions();
+};
+
+// The help text for the flags parse_front_end_flag() understands.
+extern const char* const kFrontEndFlagsHelp;
+
+// Consumes `flag` (and its value) when it is one of the shared flags; false when it is not.
+bool parse_front_end_flag(Args& args, const std::string& flag, FrontEndOptions& o);
+
+// Checks the values (throws UsageError naming the flag) and completes `o.base`: policy directory,
+// transcripts, audit log, child executable.
+void finish_front_end(FrontEndOptions& o);
+
+}  // namespace supervisor::cli

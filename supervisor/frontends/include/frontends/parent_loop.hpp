@@ -1,0 +1,36 @@
+// The loop every parent-facing front end runs: the parent's messages on stdin, replies on stdout,
+// SIGINT and SIGTERM taken as "end", and the orderly end (every child cancelled and its envelope
+// delivered, the output flushed) before the io_context stops.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "orchestration/hub.hpp"
+#include "frontends/parent_io.hpp"
+
+namespace supervisor {
+
+struct ParentLoop {
+  std::function<void(const nlohmann::json&)> on_message;
+  std::function<void(const std::string& error)> on_bad_line;  // not JSON, not UTF-8, too long
+  std::function<void(const std::string& why)> on_end;         // end of input, SIGINT, SIGTERM
+  std::string eof_reason = "the parent closed its input";
+  std::function<void()> on_eof;  // when set, end of input calls this instead of on_end (serve --drain)
+};
+
+// Serves one parent on stdin/stdout: creates `parent` (so handlers can send through it), then runs
+// `io` until it is stopped, as end_front_end() does.
+void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
+                     ParentLoop loop);
+
+// Ends a front end: cancels every child (when there is a hub; each envelope is still delivered),
+// writes out what is queued for the parent, then stops `io`.
+void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent, const std::string& why);
+
+}  // namespace supervisor

@@ -1,0 +1,399 @@
+// The MCP server (mcp_server.hpp): one McpServer object per process, every handler on the io thread.
+#include "frontends/mcp_server.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "frontends/control.hpp"
+#include "frontends/mcp.hpp"
+#include "models/model.hpp"
+#include "frontends/parent_io.hpp"
+#include "frontends/parent_loop.hpp"
+#include "records/terminal.hpp"
+
+namespace supervisor {
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kHeartbeat = std::chrono::seconds(5);
+// At most one progress notification per call in this interval: a busy child moves every few
+// milliseconds, and a host needs to see that it lives, not every step.
+constexpr auto kMinProgressInterval = std::chrono::milliseconds(500);
+
+struct SyncCall {
+  json request_id;
+  json progress_token;  // null: the client asked for no progress
+  std::uint64_t progress = 0;
+  std::chrono::steady_clock::time_point last_progress{};
+  bool cancelled = false;  // the client cancelled the request: no response is sent
+  bool answered = false;
+};
+
+struct Waiter {
+  json request_id;
+  std::shared_ptr<asio::steady_timer> timer;
+};
+
+struct McpServer {
+  McpServer(asio::io_context& ctx, McpConfig config) : io(ctx), opts(std::move(config)), heartbeat(ctx) {}
+
+  asio::io_context& io;
+  McpConfig opts;
+  std::shared_ptr<ParentIo> parent;
+  std::unique_ptr<Hub> hub;
+  bool elicitation = false;
+  std::uint64_t next_request = 0;
+  std::map<std::string, ApprovalReply> pending_approvals;  // our request id (dumped) -> reply
+  std::map<std::string, std::shared_ptr<SyncCall>> sync_calls;  // child id -> the tools/call waiting for it
+  std::multimap<std::string, Waiter> waiters;              // child id -> agent_output calls waiting
+  asio::steady_timer heartbeat;
+  bool heartbeat_running = false;
+  bool ending = false;
+
+  void send(const json& m) { parent->send(m); }
+  void error(const json& id, int code, const std::string& message) { send(mcp::error_message(id, code, message)); }
+
+  void on_message(const json& j) {
+    std::visit([this](auto&& m) { handle(m); }, mcp::classify(j));
+  }
+
+  void handle(const mcp::Invalid& m) { error(m.id, m.code, m.message); }
+
+  void handle(const mcp::Request& r) {
+    try {
+      if (r.method == "initialize") return initialize(r);
+      if (r.method == "ping") return send(mcp::result_message(r.id, json::object()));
+      if (!hub) return error(r.id, mcp::kInvalidRequest, "the server is not initialized: send initialize first");
+      if (r.method == "tools/list") return send(mcp::result_message(r.id, {{"tools", mcp::tool_definitions(opts.presets)}}));
+      if (r.method == "tools/call") return call_tool(r);
+      error(r.id, mcp::kMethodNotFound, "unknown method '" + r.method + "' (this server offers tools only)");
+    } catch (const std::exception& e) {
+      error(r.id, mcp::kInternalError, std::string("internal error: ") + e.what());
+    }
+  }
+
+  void handle(const mcp::Notification& n) {
+    if (n.method == "notifications/cancelled") return cancelled(n.params);
+    // notifications/initialized and anything else need no answer.
+  }
+
+  void handle(const mcp::Response& r) {
+    auto it = pending_approvals.find(r.id.dump());
+    if (it == pending_approvals.end()) {
+      std::fprintf(stderr, "subagent-supervisor mcp: a response to unknown request %s was ignored\n", r.id.dump().c_str());
+      return;
+    }
+    ApprovalReply reply = std::move(it->second);
+    pending_approvals.erase(it);
+    if (!r.error.is_null()) {
+      std::string why = r.error.is_object() && r.error.contains("message") && r.error["message"].is_string()
+                            ? r.error["message"].get<std::string>()
+                            : r.error.dump();
+      return reply(false, "the client could not ask the user: " + why);
+    }
+    const json& res = r.result;
+    std::string action = res.is_object() && res.contains("action") && res["action"].is_string() ? res["action"].get<std::string>() : "";
+    if (action == "accept") {
+      const json content = res.value("content", json::object());
+      bool yes = content.is_object() && content.contains("approve") && content["approve"] == true;
+      return reply(yes, yes ? "approved by the user" : "the user answered no");
+    }
+    if (action == "decline") return reply(false, "declined by the user");
+    if (action == "cancel") return reply(false, "the user dismissed the request");
+    reply(false, "the client's answer had no valid action (accept, decline, cancel)");
+  }
+
+  // --- lifecycle ---
+
+  void initialize(const mcp::Request& r) {
+    if (hub) return error(r.id, mcp::kInvalidRequest, "initialize was already received");
+    const json& p = r.params;
+    if (!p.is_object() || !p.contains("protocolVersion") || !p["protocolVersion"].is_string())
+      return error(r.id, mcp::kInvalidParams, "protocolVersion: missing or not a string");
+    if (p.contains("capabilities") && !p["capabilities"].is_object())
+      return error(r.id, mcp::kInvalidParams, "capabilities: must be an object");
+    const json caps = p.value("capabilities", json::object());
+    // Form-mode elicitation: an empty elicitation object means form mode (older revisions).
+    if (auto e = caps.find("elicitation"); e != caps.end() && e->is_object())
+      elicitation = e->empty() || e->contains("form");
+
+    HubConfig cfg = opts.base;
+    if (!opts.preset_filter.empty()) cfg.scope.presets = opts.preset_filter;
+    if (p.contains("clientInfo") && p["clientInfo"].is_object() && p["clientInfo"].contains("name") &&
+        p["clientInfo"]["name"].is_string())
+      cfg.parent = "mcp:" + p["clientInfo"]["name"].get<std::string>();
+    else
+      cfg.parent = "mcp";
+    if (elicitation) cfg.approver = [this](const ApprovalRequest& a, ApprovalReply reply) { ask_user(a, std::move(reply)); };
+    cfg.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str()); };
+    cfg.on_progress = [this](const Progress& pr) { progress(pr.id); };
+    hub = std::make_unique<Hub>(io, cfg);
+
+    send(mcp::result_message(
+        r.id,
+        {{"protocolVersion", mcp::negotiate_version(p["protocolVersion"])},
+         {"capabilities", {{"tools", {{"listChanged", false}}}}},
+         {"serverInfo", {{"name", "subagent-supervisor"}, {"title", "Subagent supervisor"}, {"version", SUBAGENT_VERSION}}},
+         {"instructions",
+          "Delegate focused work to sandboxed subagents: agent_spawn runs one child on a brief (it sees nothing "
+          "else) with a preset's tools and budgets and returns one result envelope. Use background=true for "
+          "long jobs and read them with agent_output (wait_seconds); agent_cancel stops one; agent_apply applies "
+          "an implementation child's patch."}}));
+  }
+
+  void cancelled(const json& params) {
+    if (!params.is_object() || !params.contains("requestId")) return;
+    const json& rid = params["requestId"];
+    const std::string reason = params.value("reason", std::string("the client cancelled the request"));
+    for (const auto& [id, call] : sync_calls) {
+      if (call->request_id != rid || call->cancelled) continue;
+      call->cancelled = true;
+      const std::string child = id;  // the entry goes away when the envelope is delivered
+      hub->cancel(child, "cancelled by the client: " + reason);
+      return;
+    }
+    for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+      if (it->second.request_id != rid) continue;
+      it->second.timer->cancel();
+      waiters.erase(it);
+      return;
+    }
+  }
+
+  // --- approvals and progress ---
+
+  void ask_user(const ApprovalRequest& a, ApprovalReply reply) {
+    json id = "approval-" + std::to_string(++next_request);
+    pending_approvals[id.dump()] = std::move(reply);
+    std::string args = protocol::cap_utf8(a.args.dump(), 2000).text;
+    std::string message = "Subagent " + a.child_id + " (" + a.preset + ": " + a.description + ") asks to use " + a.tool +
+                          " with " + args + ". Policy: " + a.rule + ". Allow it?";
+    json schema = {{"type", "object"},
+                   {"properties",
+                    {{"approve",
+                      {{"type", "boolean"},
+                       {"title", "Allow this tool call"},
+                       {"description", "true runs the call inside the child's sandbox; false denies it"}}}}},
+                   {"required", {"approve"}}};
+    send(mcp::request_message(id, "elicitation/create", {{"message", message}, {"requestedSchema", schema}}));
+  }
+
+  void progress(const std::string& child) {
+    auto it = sync_calls.find(child);
+    // Never after the result: a host drops the token with the answer and warns about the stray.
+    if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled ||
+        it->second->answered)
+      return;
+    auto info = hub->info(child);
+    if (!info || info->state == "done" || info->envelope) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (it->second->progress > 0 && now - it->second->last_progress < kMinProgressInterval) return;
+    it->second->last_progress = now;
+    const Progress& p = info->progress;
+    std::string message = info->state == "running"
+                              ? "step " + std::to_string(p.steps) + "/" + std::to_string(p.max_steps) + ", " +
+                                    std::to_string(p.tool_calls) + " tool calls, " + std::to_string(p.tokens) +
+                                    " tokens, " + std::to_string(p.elapsed_ms / 1000) + " s"
+                              : info->state + (info->waiting_for.empty() ? "" : ": " + info->waiting_for);
+    send(mcp::notification_message("notifications/progress", {{"progressToken", it->second->progress_token},
+                                                              {"progress", ++it->second->progress},
+                                                              {"message", message}}));
+  }
+
+  // While a sync spawn with a progress token runs, a notification at least every few seconds keeps
+  // clients that reset their request timeout on progress from giving up on a long child.
+  void arm_heartbeat() {
+    if (heartbeat_running) return;
+    heartbeat_running = true;
+    heartbeat.expires_after(kHeartbeat);
+    heartbeat.async_wait([this](boost::system::error_code ec) {
+      heartbeat_running = false;
+      if (ec) return;
+      bool any = false;
+      for (const auto& [child, call] : sync_calls) {
+        if (call->progress_token.is_null()) continue;
+        any = true;
+        progress(child);
+      }
+      if (any) arm_heartbeat();
+    });
+  }
+
+  // --- tools ---
+
+  void call_tool(const mcp::Request& r) {
+    const json& p = r.params;
+    if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+      return error(r.id, mcp::kInvalidParams, "name: missing or not a string");
+    const std::string name = p["name"];
+    json args = p.value("arguments", json::object());
+    if (args.is_null()) args = json::object();
+    args = mcp::without_host_fields(std::move(args));
+    json token = nullptr;
+    if (auto m = p.find("_meta"); m != p.end() && m->is_object() && m->contains("progressToken")) {
+      const json& t = (*m)["progressToken"];
+      if (t.is_string() || t.is_number_integer()) token = t;
+    }
+    try {
+      if (name == "agent_spawn") return spawn(r.id, args, token);
+      if (name == "agent_list") {
+        mcp::parse_no_arguments(args);
+        json children = json::array();
+        for (const auto& c : hub->list()) children.push_back(to_json(c));
+        return send(mcp::result_message(r.id, mcp::tool_result({{"children", children}})));
+      }
+      if (name == "agent_output") return output(r.id, args);
+      if (name == "agent_cancel") {
+        std::string child = mcp::parse_child_id(args, {"reason"});
+        std::string reason = "cancelled by the parent";
+        if (args.contains("reason")) {
+          if (!args["reason"].is_string()) throw BadRequest("reason: must be a string");
+          reason = args["reason"];
+        }
+        if (!hub->cancel(child, reason)) return send(mcp::result_message(r.id, mcp::tool_error("no child '" + child + "'")));
+        return send(mcp::result_message(r.id, mcp::tool_result({{"child_id", child}, {"state", hub->info(child)->state}})));
+      }
+      if (name == "agent_apply") {
+        std::string child = mcp::parse_child_id(args, {"allow_flagged"});
+        bool allow_flagged = false;
+        if (args.contains("allow_flagged")) {
+          if (!args["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
+          allow_flagged = args["allow_flagged"];
+        }
+        ApplyResult a = apply_patch(opts.base.workspaces.state_dir, child, allow_flagged);
+        json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
+        res["isError"] = !a.ok;
+        return send(mcp::result_message(r.id, res));
+      }
+      error(r.id, mcp::kInvalidParams, "unknown tool '" + name + "'");
+    } catch (const BadRequest& e) {
+      send(mcp::result_message(r.id, mcp::tool_error(name + ": " + e.what())));
+    } catch (const ScopeError& e) {
+      send(mcp::result_message(r.id, mcp::tool_error(name + ": refused: " + e.what())));
+    } catch (const WideningError& e) {
+      send(mcp::result_message(r.id, mcp::tool_error(name + ": refused: " + e.what())));
+    } catch (const std::exception& e) {
+      send(mcp::result_message(r.id, mcp::tool_error(name + ": could not start the child: " + e.what())));
+    }
+  }
+
+  fs::path checked_workspace(const fs::path& asked) {
+    fs::path ws = asked.empty() ? opts.default_workspace : asked.is_relative() ? opts.default_workspace / asked : asked;
+    std::error_code ec;
+    fs::path canon = fs::canonical(ws, ec);
+    if (ec || !fs::is_directory(canon))
+      throw BadRequest("workspace: '" + ws.string() + "' is not an existing directory");
+    for (const auto& root : opts.roots) {
+      auto rel = canon.lexically_relative(root);
+      if (!rel.empty() && *rel.begin() != "..") return canon;
+    }
+    std::string allowed;
+    for (const auto& root : opts.roots) allowed += (allowed.empty() ? "" : ", ") + root.string();
+    throw BadRequest("workspace: '" + canon.string() + "' is outside the allowed roots (" + allowed +
+                     "; the server's --workspace and --allow-workspace set them)");
+  }
+
+  bool idle() const {
+    for (const auto& c : hub->list())
+      if (c.state != "done") return false;
+    return true;
+  }
+
+  void spawn(const json& request_id, const json& args, const json& token) {
+    mcp::SpawnArguments a = mcp::parse_spawn_arguments(args);
+    a.request.workspace = checked_workspace(a.request.workspace);
+    // MCP has no notion of the parent's turns: a burst of spawns ends when nothing is left running.
+    if (idle()) hub->new_turn();
+    const bool background = a.background;
+    // The envelope can arrive before spawn() returns (a child refused before it started).
+    auto call = std::make_shared<SyncCall>(SyncCall{request_id, token});
+    auto child = std::make_shared<std::string>();
+    *child = hub->spawn(a.request, [this, child, call, background](const protocol::Envelope& e) {
+      if (!background) {
+        call->answered = true;
+        if (!call->cancelled) send(mcp::result_message(call->request_id, mcp::envelope_result(e)));
+        sync_calls.erase(e.id);
+      }
+      wake_waiters(e.id);
+    });
+    if (background) {
+      auto info = hub->info(*child);
+      return send(mcp::result_message(
+          request_id, mcp::tool_result({{"child_id", *child}, {"state", info ? info->state : "done"}})));
+    }
+    if (call->answered) return;
+    sync_calls[*child] = call;
+    if (!token.is_null()) {
+      progress(*child);
+      arm_heartbeat();
+    }
+  }
+
+  json output_value(const std::string& child) {
+    auto info = hub->info(child);
+    json out = {{"child_id", child}, {"state", info->state}, {"budget_use", to_json(info->progress)}};
+    out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
+    return out;
+  }
+
+  void output(const json& request_id, const json& args) {
+    std::string child = mcp::parse_child_id(args, {"wait_seconds"});
+    std::uint64_t wait = mcp::parse_wait_seconds(args);
+    auto info = hub->info(child);
+    if (!info) return send(mcp::result_message(request_id, mcp::tool_error("no child '" + child + "'")));
+    if (info->state == "done" || wait == 0) return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
+    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(wait));
+    auto it = waiters.emplace(child, Waiter{request_id, timer});
+    timer->async_wait([this, child, timer](boost::system::error_code ec) {
+      if (ec) return;  // woken by the child's end, or cancelled by the client
+      for (auto w = waiters.begin(); w != waiters.end(); ++w) {
+        if (w->second.timer != timer) continue;
+        json rid = w->second.request_id;
+        waiters.erase(w);
+        send(mcp::result_message(rid, mcp::tool_result(output_value(child))));
+        return;
+      }
+    });
+    (void)it;
+  }
+
+  void wake_waiters(const std::string& child) {
+    auto [b, e] = waiters.equal_range(child);
+    std::vector<json> ids;
+    for (auto it = b; it != e; ++it) {
+      it->second.timer->cancel();
+      ids.push_back(it->second.request_id);
+    }
+    waiters.erase(b, e);
+    for (const auto& rid : ids) send(mcp::result_message(rid, mcp::tool_result(output_value(child))));
+  }
+
+  void end(const std::string& why) {
+    if (ending) return;
+    ending = true;
+    heartbeat.cancel();
+    for (auto& [id, reply] : pending_approvals) reply(false, why);
+    pending_approvals.clear();
+    end_front_end(io, hub.get(), parent, why);
+  }
+};
+
+}  // namespace
+
+void serve_mcp(McpConfig config) {
+  asio::io_context io;
+  const std::size_t max_line = config.max_line;
+  McpServer s(io, std::move(config));
+  run_parent_loop(io, s.parent, max_line,
+                  {[&](const json& m) { s.on_message(m); },
+                   [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
+                   [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr});
+}
+
+}  // namespace supervisor

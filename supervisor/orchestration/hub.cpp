@@ -1,0 +1,498 @@
+#include "orchestration/hub.hpp"
+
+#include "web/research.hpp"
+#include "orchestration/session_records.hpp"
+
+#include "sandbox/workspace_guard.hpp"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <set>
+
+namespace supervisor {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Hub::Child {
+  std::string id;
+  SpawnRequest req;
+  std::shared_ptr<const Preset> preset;
+  Budgets budgets;
+  DoneHandler on_done;
+  std::string state = "queued";
+  std::string waiting_for;
+  std::shared_ptr<ChildSession> session;
+  std::optional<WorkspaceLock> lock;
+  std::optional<Worktree> worktree;
+  // A worker's later-execution paths: the list it was started with and what existed then.
+  std::vector<std::string> later_execution;
+  LaterExecutionSnapshot later_before;
+  std::vector<std::string> later_protected;  // absolute, read-only in the child
+  std::optional<protocol::Envelope> envelope;
+  std::shared_ptr<SessionRecords> records;
+  std::shared_ptr<WebTools> web;
+  std::chrono::steady_clock::time_point queued_at = std::chrono::steady_clock::now();
+};
+
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+void check_cap(const std::optional<std::uint64_t>& want, const std::optional<std::uint64_t>& cap, const char* field) {
+  if (want && cap && *want > *cap)
+    throw WideningError(std::string("limits.") + field + " " + std::to_string(*want) + " exceeds the parent's scope " +
+                        field + " " + std::to_string(*cap) + " (a child never gets more than its parent)");
+}
+
+void cap(std::uint64_t& field, const std::optional<std::uint64_t>& c) {
+  if (c && *c < field) field = *c;
+}
+
+protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, const std::string& description,
+                                      protocol::Status status, const std::string& reason) {
+  protocol::Envelope e;
+  e.id = id;
+  e.preset = p.name;
+  e.description = description;
+  e.status = status;
+  e.reason = reason;
+  return e;
+}
+
+}  // namespace
+
+Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools) {
+  const auto offered = offered_tools(p);
+  for (const auto& t : tools)
+    if (!contains(offered, t))
+      throw ScopeError("tools: the preset " + p.name + " does not grant '" + t + "'");
+  Preset n = p;
+  auto keep = [&](std::vector<std::string>& v) {
+    std::vector<std::string> dropped;
+    for (const auto& t : v)
+      if (!contains(tools, t)) dropped.push_back(t);
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const std::string& t) { return !contains(tools, t); }), v.end());
+    n.deny.insert(n.deny.end(), dropped.begin(), dropped.end());
+  };
+  keep(n.allow);
+  keep(n.ask);
+  n.rules.erase(std::remove_if(n.rules.begin(), n.rules.end(),
+                               [&](const ToolRule& r) { return !contains(tools, r.tool) && r.decision != Decision::deny; }),
+                n.rules.end());
+  return n;
+}
+
+Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverrides& limits) {
+  const BudgetOverrides& s = scope.budgets;
+  check_cap(limits.max_steps, s.max_steps, "max_steps");
+  check_cap(limits.max_tool_calls, s.max_tool_calls, "max_tool_calls");
+  check_cap(limits.max_tokens, s.max_tokens, "max_tokens");
+  check_cap(limits.max_thinking_tokens, s.max_thinking_tokens, "max_thinking_tokens");
+  check_cap(limits.timeout_ms, s.timeout_ms, "timeout_ms");
+  Budgets b = p.budgets;  // inherit: the preset's budgets, never above the parent's
+  cap(b.max_steps, s.max_steps);
+  cap(b.max_tool_calls, s.max_tool_calls);
+  cap(b.max_tokens, s.max_tokens);
+  cap(b.max_thinking_tokens, s.max_thinking_tokens);
+  cap(b.timeout_ms, s.timeout_ms);
+  cap(b.summary_bytes, s.summary_bytes);
+  cap(b.answer_bytes, s.answer_bytes);
+  cap_cost_by_scope(b, s, limits);
+  return tighten(b, limits, "the preset " + p.name, "limits.");
+}
+
+Hub::Hub(boost::asio::io_context& io, HubConfig cfg) : io_(io), cfg_(std::move(cfg)), lock_poll_(io) {
+  cfg_.max_concurrent = std::clamp<std::size_t>(cfg_.max_concurrent, 1, kMaxConcurrentCeiling);
+  cfg_.max_per_turn = std::clamp<std::size_t>(cfg_.max_per_turn, 1, kMaxPerTurnCeiling);
+  if (!cfg_.make_provider) {
+    cfg_.make_provider = [&io](const std::string& spec) { return supervisor::make_provider(spec, io); };
+  }
+}
+
+Hub::~Hub() {
+  for (auto& [id, c] : children_)
+    if (c->session && !c->session->done()) c->session->cancel("the supervisor is shutting down");
+}
+
+std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
+  if (shutting_down_) throw ScopeError("the supervisor is shutting down; no new children");
+  const Scope& scope = cfg_.scope;
+  if (scope.presets && !contains(*scope.presets, req.preset))
+    throw ScopeError("preset: '" + req.preset + "' is outside the parent's scope (allowed: " +
+                     [&] {
+                       std::string s;
+                       for (const auto& x : *scope.presets) s += (s.empty() ? "" : ", ") + x;
+                       return s;
+                     }() + ")");
+  auto preset = std::make_shared<Preset>(load_preset(req.preset, cfg_.policy_dir));
+  if (req.tools) *preset = narrow_tools(*preset, *req.tools);
+  if (scope.tools) {
+    for (const auto& t : offered_tools(*preset))
+      if (!contains(*scope.tools, t))
+        throw ScopeError("tools: '" + t + "' is outside the parent's scope" +
+                         (req.tools ? std::string() : " (the preset " + preset->name +
+                                                          " grants it; ask for a narrower \"tools\" list)"));
+  }
+  if (req.domains) {
+    if (!contains(offered_tools(*preset), "web_fetch") && !contains(offered_tools(*preset), "web_search"))
+      throw ScopeError("domains: the preset " + preset->name + " has no web tools");
+    if (scope.domains)
+      for (const auto& d : *req.domains)
+        if (!contains(*scope.domains, d)) throw ScopeError("domains: '" + d + "' is outside the parent's scope");
+  }
+  if (req.brief.empty()) throw ScopeError("brief: may not be empty");
+  std::error_code ec;
+  fs::path ws = fs::canonical(req.workspace, ec);
+  if (ec || !fs::is_directory(ws))
+    throw ScopeError("workspace: '" + req.workspace.string() + "' is not an existing directory");
+  if (!cfg_.allow_unsafe_workspace) {
+    try {
+      sandbox::check_workspace(ws, "workspace");
+    } catch (const sandbox::UnsafeWorkspaceError& e) {
+      throw ScopeError(std::string(e.what()) + " (a flag of the supervisor, not of the request)");
+    }
+  }
+  const std::string model = req.model.empty() ? cfg_.default_model : req.model;
+  if (model.empty()) throw ScopeError("model: none given and the supervisor has no default (--model)");
+  validate_model_spec(model);
+
+  auto c = std::make_unique<Child>();
+  c->id = new_child_id();
+  c->req = req;
+  c->req.workspace = ws;
+  c->req.model = model;
+  c->budgets = effective_budgets(*preset, scope, req.limits);
+  c->preset = std::move(preset);
+  c->on_done = std::move(on_done);
+  const std::string id = c->id;
+  if (cfg_.on_event)
+    cfg_.on_event({{"event", "queued"}, {"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent},
+                   {"description", req.description}});
+  children_[id] = std::move(c);
+  queue_.push_back(id);
+  pump();
+  return id;
+}
+
+SessionConfig Hub::session_config(Child& c) {
+  SessionConfig s;
+  s.id = c.id;
+  s.preset = c.preset;
+  s.budgets = c.budgets;
+  s.brief = c.req.brief;
+  s.description = c.req.description;
+  s.workspace = c.worktree ? c.worktree->path : c.req.workspace;
+  s.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
+  s.child_executable = cfg_.child_executable;
+  s.child_args = cfg_.child_args;
+  s.approver = cfg_.approver;
+  s.approval_timeout = cfg_.approval_timeout;
+  s.on_log = cfg_.on_log;
+  s.on_event = cfg_.on_event;
+  s.on_progress = cfg_.on_progress;
+  s.max_line = cfg_.max_line;
+  s.handshake_timeout = cfg_.handshake_timeout;
+  c.web = web_tools_for(io_, *c.preset, c.req.domains, cfg_.search_endpoint);
+  s.brokered = c.web;
+  if (c.worktree && c.worktree->git) {
+    // The worktree's git metadata lives in the source repository: readable, never writable.
+    auto p = std::make_shared<Preset>(*c.preset);
+    p->sandbox.read_paths.push_back(c.worktree->git_common_dir.string());
+    s.preset = p;
+  }
+  if (!c.later_protected.empty()) {
+    // Later-execution paths that exist are read-only binds, like the policy's protected paths.
+    auto p = std::make_shared<Preset>(*s.preset);
+    for (const auto& path : c.later_protected) p->sandbox.protected_paths.push_back(path);
+    s.preset = p;
+  }
+  return s;
+}
+
+bool Hub::try_start(Child& c) {
+  if (c.preset->workspace_mode == "write_locked") {
+    std::optional<WorkspaceLock> lock;
+    try {
+      lock = WorkspaceLock::try_acquire(c.req.workspace, cfg_.workspaces.lock_dir);
+    } catch (const std::exception& e) {
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
+                                    std::string("could not lock the workspace: ") + e.what()));
+      return true;
+    }
+    if (!lock) {
+      const bool first = c.state != "waiting_for_lock";
+      c.state = "waiting_for_lock";
+      c.waiting_for = "another writer holds the workspace " + c.req.workspace.string() +
+                      " (or a directory above or below it)";
+      if (first && cfg_.on_waiting) cfg_.on_waiting(c.id, c.waiting_for);
+      return false;
+    }
+    c.lock = std::move(lock);
+    try {
+      start_later_execution_watch(c);
+    } catch (const std::exception& e) {
+      c.lock.reset();
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
+                                    std::string("could not inspect the workspace's later-execution paths: ") + e.what()));
+      return true;
+    }
+  }
+  if (c.preset->workspace_mode == "worktree") {
+    try {
+      c.worktree = create_worktree(c.req.workspace, cfg_.workspaces.state_dir, c.id);
+    } catch (const std::exception& e) {
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed,
+                                    std::string("could not create an isolated worktree: ") + e.what()));
+      return true;
+    }
+  }
+  std::unique_ptr<ModelProvider> provider;
+  try {
+    provider = cfg_.make_provider(c.req.model);
+  } catch (const std::exception& e) {
+    deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::failed, e.what()));
+    return true;
+  }
+  c.state = "running";
+  c.waiting_for.clear();
+  ++running_;
+  ++started_this_turn_;
+  SessionConfig s = session_config(c);
+  if (cfg_.transcripts || cfg_.audit) c.records = SessionRecords::attach(s, cfg_.transcripts, cfg_.audit, cfg_.parent);
+  c.session = ChildSession::create(io_, std::move(s), std::move(provider));
+  const std::string id = c.id;
+  c.session->start([this, id](const protocol::Envelope& e) {
+    // Deliver outside the session's own callback stack.
+    boost::asio::post(io_, [this, id, e]() mutable { on_child_done(id, std::move(e)); });
+  });
+  return true;
+}
+
+void Hub::start_later_execution_watch(Child& c) {
+  c.later_execution = c.preset->writes.later_execution;
+  c.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
+  const std::string hooks = hooks_path_inside(c.req.workspace);
+  if (!hooks.empty()) c.later_execution.push_back(hooks);
+  const std::vector<std::string> existing = find_later_execution(c.req.workspace, c.later_execution);
+  for (const auto& rel : existing) c.later_protected.push_back((c.req.workspace / rel).string());
+  // What exists is read-only in the child: its own identity is enough to compare.
+  c.later_before = snapshot_later_execution(c.req.workspace, c.later_execution, existing);
+}
+
+void Hub::finish_later_execution_watch(Child& c, protocol::Envelope& e) {
+  if (c.later_execution.empty()) return;
+  std::vector<std::string> known;
+  for (const auto& [rel, id] : c.later_before.entries) known.push_back(rel);
+  LaterExecutionSnapshot after = snapshot_later_execution(c.req.workspace, c.later_execution, known);
+  std::vector<std::string> changed = later_execution_changes(c.later_before, after);
+  std::vector<std::string> nested;
+  for (const auto& p : changed) {
+    fs::path rel(p);
+    if (rel.filename() == ".git") nested.push_back(rel.parent_path().empty() ? "." : rel.parent_path().string());
+  }
+  json j = {{"changed", changed},
+            {"new_repositories", nested},
+            {"protected", c.later_protected},
+            {"scan_complete", c.later_before.complete && after.complete}};
+  if (!changed.empty())
+    j["warning"] = "the child created or changed paths whose contents run on the user's next ordinary command "
+                   "(git, an editor, an agent, CI); review them before using this workspace";
+  e.artifacts["later_execution"] = j;
+}
+
+void Hub::pump() {
+  bool waiting_on_lock = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (running_ >= cfg_.max_concurrent) break;
+    auto cit = children_.find(*it);
+    if (cit == children_.end()) {
+      it = queue_.erase(it);
+      continue;
+    }
+    Child& c = *cit->second;
+    if (started_this_turn_ >= cfg_.max_per_turn) {
+      c.waiting_for = "the per-turn limit (" + std::to_string(cfg_.max_per_turn) + ") is reached; waits for the next turn";
+      ++it;
+      continue;
+    }
+    if (try_start(c)) {
+      it = queue_.erase(it);
+    } else if (std::chrono::steady_clock::now() - c.queued_at >= std::chrono::milliseconds(c.budgets.timeout_ms)) {
+      // The wall-clock budget covers the wait for the lock too.
+      const std::string why = "waited " + std::to_string(c.budgets.timeout_ms) + " ms (the child's timeout) for the " +
+                              "workspace lock: " + c.waiting_for;
+      it = queue_.erase(it);
+      deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, protocol::Status::timeout, why));
+    } else {
+      waiting_on_lock = true;
+      ++it;
+    }
+  }
+  for (const auto& id : queue_) {
+    Child& c = *children_.at(id);
+    if (c.waiting_for.empty())
+      c.waiting_for = "the concurrency limit (" + std::to_string(cfg_.max_concurrent) + ") is reached";
+  }
+  // Locks held by other supervisor processes give no wake-up: poll for them.
+  if (waiting_on_lock && !polling_) {
+    polling_ = true;
+    lock_poll_.expires_after(std::chrono::milliseconds(200));
+    lock_poll_.async_wait([this](boost::system::error_code ec) {
+      polling_ = false;
+      if (!ec) pump();
+    });
+  }
+}
+
+void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
+  auto it = children_.find(id);
+  if (it == children_.end()) return;
+  Child& c = *it->second;
+  --running_;
+  if (c.lock) {
+    finish_later_execution_watch(c, e);
+    c.lock.reset();  // the next writer may go
+  }
+  if (c.worktree) {
+    try {
+      Patch p = collect_patch(*c.worktree, cfg_.workspaces.state_dir, c.id, c.preset->writes);
+      e.artifacts["patch"] = {{"path", p.file.string()},
+                              {"files", p.files},
+                              {"bytes", p.bytes},
+                              {"base", c.worktree->base},
+                              {"workspace", c.req.workspace.string()},
+                              {"review", to_json(p.review)},
+                              {"apply", "subagent-supervisor apply " + c.id +
+                                            (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
+    } catch (const std::exception& ex) {
+      e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
+    }
+    remove_worktree(*c.worktree);
+    c.worktree.reset();
+  }
+  if (c.web) {
+    attach_sources(e, *c.web);
+    c.web.reset();
+  }
+  if (c.records) c.records->finish(e);  // scrubbed; the transcript gets the final envelope
+  deliver(c, std::move(e));
+  pump();
+}
+
+void Hub::deliver(Child& c, protocol::Envelope e) {
+  if (!c.records && cfg_.audit) {  // never started: still on the record
+    cfg_.audit->record({{"event", "envelope"}, {"envelope", protocol::to_json(e)}}, {c.id, c.preset->name, cfg_.parent});
+  }
+  c.state = "done";
+  c.envelope = e;
+  c.session.reset();
+  // A finished child keeps only what list and output show. Its records (the transcript is on disk)
+  // and its full preset (the parsed policy file among it) grew a long-lived supervisor with every
+  // child: the soak (scripts/soak.sh) saw +17 KB a child.
+  c.records.reset();
+  auto shown = std::make_shared<Preset>();
+  shown->name = c.preset->name;
+  shown->workspace_mode = c.preset->workspace_mode;
+  c.preset = std::move(shown);
+  if (cfg_.on_event)
+    cfg_.on_event({{"event", "delivered"}, {"child", c.id}, {"status", protocol::to_string(e.status)}});
+  auto done = std::move(c.on_done);
+  c.on_done = nullptr;
+  if (done) done(e);
+  forget_finished(c);
+  check_shutdown();
+}
+
+void Hub::forget_finished(const Child& newest) {
+  // Only the newest kKeepFinished finished children are remembered for list and output.
+  std::size_t finished = 0;
+  auto oldest = children_.end();
+  for (auto it = children_.begin(); it != children_.end(); ++it) {
+    if (it->second->state != "done") continue;
+    ++finished;
+    if (oldest == children_.end() || it->second->queued_at < oldest->second->queued_at) oldest = it;
+  }
+  if (finished > kKeepFinished && oldest != children_.end() && oldest->second.get() != &newest) children_.erase(oldest);
+}
+
+bool Hub::cancel(const std::string& id, const std::string& reason) {
+  auto it = children_.find(id);
+  if (it == children_.end()) return false;
+  Child& c = *it->second;
+  if (c.state == "done") return true;
+  if (c.session) {
+    c.session->cancel(reason);
+    return true;
+  }
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  deliver(c, unstarted_envelope(id, *c.preset, c.req.description, protocol::Status::cancelled,
+                                "cancelled before it started: " + reason));
+  return true;
+}
+
+std::optional<ChildInfo> Hub::info(const std::string& id) const {
+  auto it = children_.find(id);
+  if (it == children_.end()) return std::nullopt;
+  const Child& c = *it->second;
+  Progress p;
+  if (c.session) {
+    p = c.session->progress();
+  } else {
+    p.id = c.id;
+    p.state = c.state;
+    p.max_steps = c.budgets.max_steps;
+    p.max_tool_calls = c.budgets.max_tool_calls;
+    p.max_tokens = c.budgets.max_tokens;
+    if (c.envelope) {
+      p.steps = c.envelope->steps;
+      p.tool_calls = c.envelope->tool_calls;
+      p.tokens = c.envelope->usage.total();
+      p.elapsed_ms = c.envelope->duration_ms;
+    }
+  }
+  return ChildInfo{c.id, c.state, c.preset->name, c.req.description, c.waiting_for, p, c.envelope};
+}
+
+std::vector<ChildInfo> Hub::list() const {
+  std::vector<ChildInfo> out;
+  for (const auto& [id, c] : children_) out.push_back(*info(id));
+  std::sort(out.begin(), out.end(), [&](const ChildInfo& a, const ChildInfo& b) {
+    return children_.at(a.id)->queued_at < children_.at(b.id)->queued_at;
+  });
+  return out;
+}
+
+void Hub::new_turn() {
+  started_this_turn_ = 0;
+  for (const auto& id : queue_) children_.at(id)->waiting_for.clear();
+  pump();
+}
+
+void Hub::shutdown(const std::string& reason, std::function<void()> done) {
+  shutting_down_ = true;
+  shutdown_done_ = std::move(done);
+  std::vector<std::string> ids;
+  for (const auto& [id, c] : children_)
+    if (c->state != "done") ids.push_back(id);
+  for (const auto& id : ids) cancel(id, reason);
+  check_shutdown();
+}
+
+void Hub::drain(std::function<void()> done) {
+  shutting_down_ = true;
+  shutdown_done_ = std::move(done);
+  check_shutdown();
+}
+
+void Hub::check_shutdown() {
+  if (!shutting_down_ || !shutdown_done_) return;
+  for (const auto& [id, c] : children_)
+    if (c->state != "done") return;
+  auto done = std::move(shutdown_done_);
+  shutdown_done_ = nullptr;
+  boost::asio::post(io_, std::move(done));
+}
+
+}  // namespace supervisor

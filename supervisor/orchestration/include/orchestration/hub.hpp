@@ -1,0 +1,156 @@
+// The hub: every child of one supervisor process. Validates spawns against the parent's scope
+// (inherit, never widen), queues them under the concurrency and per-turn limits, holds the
+// one-writer-per-workspace locks, prepares isolated worktrees for implementation children and turns
+// their work into patches. Front ends (`serve`, `mcp`) sit on top of it.
+//
+// Single-threaded: every method must be called on the io_context's thread.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "protocol/envelope.hpp"
+#include "orchestration/budgets.hpp"
+#include "records/audit.hpp"
+#include "orchestration/session.hpp"
+#include "records/transcript.hpp"
+#include "orchestration/workspace.hpp"
+
+namespace supervisor {
+
+// What the parent itself may do, as it declared (serve's hello). An absent list means "not
+// declared": then only the presets' own limits apply.
+struct Scope {
+  std::optional<std::vector<std::string>> tools;
+  std::optional<std::vector<std::string>> presets;
+  std::optional<std::vector<std::string>> domains;
+  BudgetOverrides budgets;  // caps on every child's budgets
+};
+
+// A spawn that asks for more than the parent's scope or the preset allows. what() names the field.
+class ScopeError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct SpawnRequest {
+  std::string preset;
+  std::string brief;
+  std::string description;
+  std::filesystem::path workspace;
+  std::string model;  // empty: the hub's default
+  BudgetOverrides limits;
+  std::optional<std::vector<std::string>> tools;    // narrow the preset's tools to these
+  std::optional<std::vector<std::string>> domains;  // research: domains the child may fetch from
+};
+
+inline constexpr std::size_t kMaxConcurrentCeiling = 64;
+inline constexpr std::size_t kMaxPerTurnCeiling = 256;
+// Finished children remembered for list and output (older ones are forgotten; transcripts remain).
+inline constexpr std::size_t kKeepFinished = 256;
+
+struct HubConfig {
+  std::filesystem::path policy_dir;
+  std::filesystem::path child_executable;
+  std::vector<std::string> child_args;
+  std::size_t max_concurrent = 8;
+  std::size_t max_per_turn = 24;
+  std::string default_model;
+  std::string parent = "parent";  // who asked, for logs and audit
+  Scope scope;
+  Approver approver;  // empty: nobody can answer approvals; "ask" is denied at once
+  std::chrono::milliseconds approval_timeout{300'000};
+  WorkspaceConfig workspaces;
+  bool allow_unsafe_workspace = false;  // --allow-unsafe-workspace (sandbox/workspace_guard.hpp)
+  std::shared_ptr<TranscriptStore> transcripts;  // null: no transcripts
+  std::shared_ptr<AuditLog> audit;               // null: no audit log
+  std::string search_endpoint;                   // web_search backend for research children
+  std::function<void(const std::string& line)> on_log;
+  std::function<void(const nlohmann::json& event)> on_event;
+  std::function<void(const Progress&)> on_progress;  // a running child took a step (Progress::id names it)
+  // A queued child began to wait for a workspace lock another writer holds (once per wait).
+  std::function<void(const std::string& id, const std::string& why)> on_waiting;
+  std::size_t max_line = protocol::kDefaultMaxLine;    // longest protocol line from a child
+  std::chrono::milliseconds handshake_timeout{10'000};
+  std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
+};
+
+struct ChildInfo {
+  std::string id;
+  std::string state;  // queued | waiting_for_lock | running | done
+  std::string preset;
+  std::string description;
+  std::string waiting_for;  // why a queued child waits
+  Progress progress;
+  std::optional<protocol::Envelope> envelope;
+};
+
+class Hub {
+ public:
+  using DoneHandler = std::function<void(const protocol::Envelope&)>;
+
+  Hub(boost::asio::io_context& io, HubConfig cfg);
+  ~Hub();
+
+  // Validates the request (throws ScopeError, WideningError, PresetError, ModelSpecError naming
+  // what was wrong; nothing is started then), then starts or queues the child. Returns its id.
+  // `on_done` runs exactly once with its envelope.
+  std::string spawn(const SpawnRequest& req, DoneHandler on_done);
+  // false when the id is unknown. A queued child is removed with a cancelled envelope at once.
+  bool cancel(const std::string& id, const std::string& reason);
+  std::vector<ChildInfo> list() const;
+  std::optional<ChildInfo> info(const std::string& id) const;
+  // The parent started a new turn: the per-turn count starts again.
+  void new_turn();
+  // Cancels every child; `done` runs when every envelope has been delivered.
+  void shutdown(const std::string& reason, std::function<void()> done);
+  // Takes no new children and lets every running, queued or waiting one finish on its own;
+  // `done` runs when every envelope has been delivered. A later shutdown() cancels what is left.
+  void drain(std::function<void()> done);
+
+  std::size_t running() const noexcept { return running_; }
+  const HubConfig& config() const noexcept { return cfg_; }
+
+ private:
+  struct Child;
+  void pump();
+  bool try_start(Child& c);
+  void on_child_done(const std::string& id, protocol::Envelope e);
+  void deliver(Child& c, protocol::Envelope e);
+  void forget_finished(const Child& newest);
+  void check_shutdown();
+  SessionConfig session_config(Child& c);
+  void start_later_execution_watch(Child& c);
+  void finish_later_execution_watch(Child& c, protocol::Envelope& e);
+
+  boost::asio::io_context& io_;
+  HubConfig cfg_;
+  std::map<std::string, std::unique_ptr<Child>> children_;
+  std::deque<std::string> queue_;
+  std::size_t running_ = 0;
+  std::size_t started_this_turn_ = 0;
+  boost::asio::steady_timer lock_poll_;
+  bool polling_ = false;
+  std::function<void()> shutdown_done_;
+  bool shutting_down_ = false;
+};
+
+// The preset narrowed to `tools` (each must be one the preset offers; throws ScopeError).
+Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools);
+
+// The budgets a child gets: the preset's, capped by the parent's scope, tightened by the spawn's
+// limits. A limit above the scope or the preset throws WideningError naming it.
+Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverrides& limits);
+
+}  // namespace supervisor

@@ -1,0 +1,206 @@
+// One child: launch under its preset's sandbox, speak protocol v1 with it, broker its model calls and
+// tool decisions, enforce its budgets from outside, and produce exactly one envelope.
+//
+// Shape (after Boost.Beast's session): one object per child, paired do_read/on_read, one timer per
+// deadline, one fail() sink. Everything runs on the io_context's single thread; the public methods
+// must be called on that thread too. The session keeps itself alive (shared_from_this) until on_done
+// has run. Only this class reaps its child.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "protocol/envelope.hpp"
+#include "protocol/framing.hpp"
+#include "protocol/messages.hpp"
+#include "sandbox/launch.hpp"
+#include "web/brokered_tools.hpp"
+#include "orchestration/budgets.hpp"
+#include "models/model.hpp"
+#include "policy/preset.hpp"
+
+namespace supervisor {
+
+struct ApprovalRequest {
+  std::string child_id;
+  std::string preset;
+  std::string description;
+  std::string tool;
+  nlohmann::json args;
+  std::string rule;  // why the policy said "ask"
+};
+// Answers one approval; call exactly once, on the io thread.
+using ApprovalReply = std::function<void(bool allow, std::string reason)>;
+using Approver = std::function<void(const ApprovalRequest&, ApprovalReply)>;
+
+struct Progress {
+  std::string id;
+  std::string state;  // starting | running | wrapping_up | finishing | done
+  std::uint64_t steps = 0, max_steps = 0;
+  std::uint64_t tool_calls = 0, max_tool_calls = 0;
+  std::uint64_t tokens = 0, max_tokens = 0;
+  std::uint64_t elapsed_ms = 0;
+};
+
+struct SessionConfig {
+  std::string id;
+  std::shared_ptr<const Preset> preset;
+  Budgets budgets;  // effective budgets (already tightened)
+  std::string brief;
+  std::string description;
+  std::filesystem::path workspace;  // canonical
+  bool allow_unsafe_workspace = false;  // "/", $HOME, /etc... (sandbox/workspace_guard.hpp)
+  std::filesystem::path child_executable;
+  std::vector<std::string> child_args;  // after argv[0]
+  std::size_t max_line = protocol::kDefaultMaxLine;
+  std::chrono::milliseconds handshake_timeout{10'000};
+  std::chrono::milliseconds exit_grace{2'000};  // after `final`, before the child is killed
+  std::chrono::milliseconds approval_timeout{300'000};
+  Approver approver;  // empty: nobody can answer, so "ask" is denied at once
+  std::shared_ptr<BrokeredTools> brokered;
+  std::function<void(const std::string& line)> on_log;         // child stderr, prefixed [subagent:<id>]
+  std::function<void(const nlohmann::json& event)> on_event;   // transcript / audit events
+  std::function<void(const Progress&)> on_progress;
+};
+
+// Output tokens allowed for the wrap-up turn (never more than the budgets leave).
+inline constexpr std::uint64_t kWrapUpTurnTokens = 4096;
+// A call starts only if its estimated input plus this much output fits in what the budgets leave.
+inline constexpr std::uint64_t kMinOutputTokens = 256;
+
+class ChildSession : public std::enable_shared_from_this<ChildSession> {
+ public:
+  using DoneHandler = std::function<void(const protocol::Envelope&)>;
+
+  static std::shared_ptr<ChildSession> create(boost::asio::io_context& io, SessionConfig cfg,
+                                              std::unique_ptr<ModelProvider> provider);
+  ~ChildSession();
+
+  // Launches the child. `on_done` runs exactly once, on the io thread, with the envelope.
+  void start(DoneHandler on_done);
+  // Cancels the child: its whole process tree is killed and the envelope says cancelled.
+  void cancel(const std::string& reason);
+
+  const std::string& id() const noexcept { return cfg_.id; }
+  const SessionConfig& config() const noexcept { return cfg_; }
+  Progress progress() const;
+  bool done() const noexcept { return done_; }
+
+ private:
+  enum class State { starting, handshake, running, wrapping_up, finishing, done };
+
+  ChildSession(boost::asio::io_context& io, SessionConfig cfg, std::unique_ptr<ModelProvider> provider);
+
+  void do_read();
+  void on_read(boost::system::error_code ec, std::size_t n);
+  void do_read_stderr();
+  void wait_exit();
+  void on_exit(int wait_status);
+  void handle_frame(protocol::Frame& f);
+  void handle(const protocol::Hello& m);
+  void handle(const protocol::ModelRequest& m);
+  void handle(const protocol::ToolRequest& m);
+  void handle(const protocol::ToolDone& m);
+  void handle(const protocol::Final& m);
+  void handle(const protocol::Log& m);
+  void on_model_reply(const std::string& request_id, ModelReply reply);
+  std::uint64_t tokens_left() const;
+  std::uint64_t thinking_left() const;
+  std::uint64_t output_room(std::uint64_t est_input) const;
+  // Why a call of `est_input` input and `min_output` output may not start ("" when it may).
+  std::string reservation_refusal(std::uint64_t est_input, std::uint64_t min_output) const;
+  void decide_tool(const protocol::ToolRequest& m);
+  void send(const protocol::SupervisorMessage& m);
+  void do_write();
+  void begin_wrap_up(protocol::Status status, const std::string& budget, const std::string& why);
+  void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
+  void kill_tree(const std::string& why);
+  void maybe_finish();
+  void finish();
+  nlohmann::json tool_specs_for_child() const;
+  void emit(nlohmann::json event);
+  // Refuses tool request `req`: counts it, lists it for the envelope and emits a "denial" event
+  // (what run prints on stderr), then tells the child `told`.
+  void deny_tool(const protocol::ToolRequest& req, const std::string& rule, const std::string& reason,
+                 const std::string& told);
+  void report_progress();
+  std::uint64_t elapsed_ms() const;
+
+  boost::asio::io_context& io_;
+  SessionConfig cfg_;
+  std::unique_ptr<ModelProvider> provider_;
+  DoneHandler on_done_;
+  State state_ = State::starting;
+  std::chrono::steady_clock::time_point started_;
+
+  // The child's pidfd: readable once it exited; reaped with waitid(P_PIDFD, WNOHANG) so a
+  // spurious wake-up can never block the loop (Boost.Process 1.81's async_wait calls a blocking
+  // waitpid on readiness; seen to hang the supervisor with two children alive).
+  boost::asio::posix::stream_descriptor pidfd_;
+  boost::asio::steady_timer rewait_;
+  pid_t pid_ = -1;
+  sandbox::Child launched_;
+  boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
+  std::array<char, 65536> read_buf_{};
+  std::array<char, 8192> err_buf_{};
+  protocol::LineReader reader_;
+  protocol::LineReader err_reader_{4096};
+  std::size_t stderr_logged_ = 0;
+  std::deque<std::string> write_queue_;
+  bool writing_ = false;
+
+  boost::asio::steady_timer deadline_, grace_, handshake_, exit_timer_, drain_timer_;
+
+  // What happened, for the envelope.
+  std::optional<protocol::Status> status_;  // terminal status once decided
+  std::string budget_;
+  std::string reason_;
+  std::optional<protocol::Final> final_;
+  bool exited_ = false;
+  bool stdout_eof_ = false;
+  bool killed_ = false;
+  bool done_ = false;
+  protocol::ChildExit exit_;
+  std::vector<std::string> layers_applied_, layers_missing_;
+
+  // Budgets in use.
+  std::uint64_t steps_ = 0;
+  std::uint64_t tool_calls_ = 0;
+  std::uint64_t tools_denied_ = 0;
+  protocol::DenialList denials_;  // the envelope's denials (capped); tools_denied_ counts them all
+  std::map<std::string, std::uint64_t> tools_used_;
+  protocol::Usage usage_;
+  std::optional<std::string> model_in_flight_;
+  std::string model_failed_;  // the last model call's error, until a call succeeds
+  bool wrap_turn_used_ = false;
+  InputEstimator estimator_;
+  std::size_t pending_bytes_ = 0, pending_messages_ = 0;  // of the call in flight
+  std::uint64_t pending_estimate_ = 0;
+  std::optional<Price> price_;
+  double cost_usd_ = 0;
+  bool last_cut_ = false;  // the last completed model turn was cut by the token cap
+  std::string cut_text_;
+  std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
+  std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
+  std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
+  std::uint64_t approvals_pending_ = 0;
+};
+
+// A fresh child id: 12 lowercase hex characters from the kernel's random source.
+std::string new_child_id();
+
+}  // namespace supervisor

@@ -1,0 +1,158 @@
+// A preset: one policy file from policies/ (JSON with comments), parsed and validated.
+// The file is the single source of what a child of that preset may do; nothing in code widens it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/messages.hpp"
+#include "sandbox/policy.hpp"
+
+namespace supervisor {
+
+enum class Decision { allow, ask, deny };
+const char* to_string(Decision d) noexcept;
+
+struct Budgets {
+  std::uint64_t max_steps = 100;
+  std::uint64_t max_tool_calls = 200;
+  std::uint64_t max_tokens = 1'000'000;
+  std::uint64_t max_thinking_tokens = 200'000;
+  std::uint64_t timeout_ms = 30 * 60 * 1000;
+  std::uint64_t summary_bytes = 2000;
+  std::uint64_t answer_bytes = 48000;
+  std::uint64_t tool_result_bytes = 16000;
+  std::uint64_t wrap_up_grace_ms = 10'000;
+  // Estimated spend in US dollars at the model config's prices (none: no cost budget). Needs a price
+  // for the child's model; enforced with the same reservation as tokens (protocol/README.md).
+  std::optional<double> max_cost_usd;
+};
+
+// An argument rule: when `tool` is called with arguments matching `when`, the decision is `decision`.
+// Supported matchers (see policies/README.md): {"command_prefix": [..]}, {"path_under": [..]}.
+struct ToolRule {
+  std::string tool;
+  nlohmann::json when = nlohmann::json::object();
+  Decision decision = Decision::deny;
+};
+
+// Brokered web access (research): which hosts web_fetch may reach, and how much it may read.
+struct WebPolicy {
+  std::vector<std::string> allow_domains;  // empty: every public host not denied
+  std::vector<std::string> deny_domains;
+  std::uint64_t max_fetch_bytes = 2'000'000;
+  std::uint64_t fetch_timeout_ms = 20'000;
+};
+
+// Writers (worker, implementation): the "writes" section. Paths whose contents run when the user
+// next types an ordinary command (git hooks and config, CI, agent and IDE configuration), relative
+// to the workspace, "**/NAME" for a path component NAME at any depth: a worker child cannot write
+// the existing ones (read-only binds), what it creates is flagged in its envelope, and a patch that
+// touches them is flagged for review. Caps on an implementation child's patch.
+struct WritePolicy {
+  std::vector<std::string> later_execution;  // default: default_later_execution()
+  std::uint64_t max_patch_bytes = 16u << 20;
+  std::uint64_t max_patch_files = 2000;
+};
+
+struct Preset {
+  std::string name;
+  std::string description;
+  std::filesystem::path source;  // the policy file it came from
+  std::string digest;            // hex digest of the file's bytes
+  bool unattended = true;        // may run with nobody to answer approvals
+  // How the child uses its workspace: "read" (never writes), "write_locked" (edits it in place and
+  // holds the workspace's exclusive lock), "worktree" (works in an isolated git worktree or copy and
+  // returns a patch).
+  std::string workspace_mode = "read";
+  std::vector<std::string> allow, ask, deny;  // tool decisions
+  std::vector<std::string> blocked;           // parent-only capabilities, never granted
+  std::vector<ToolRule> rules;
+  Budgets budgets;
+  WebPolicy web;
+  WritePolicy writes;
+  sandbox::Policy sandbox;
+  nlohmann::json raw;  // the parsed file, for `policy explain`
+};
+
+struct JsonPosition {
+  std::size_t line = 0, column = 0;  // 1-based; 0: unknown
+  std::string text() const { return std::to_string(line) + ":" + std::to_string(column); }
+};
+
+// what() names the file and the field; pointer() is that field as a JSON pointer ("/sandbox/network",
+// "" for the whole file), for `policy check` to find its line and column.
+class PresetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  PresetError(const std::string& what, std::string pointer, JsonPosition at = {})
+      : std::runtime_error(what), pointer_(std::move(pointer)), at_(at) {}
+  const std::string& pointer() const noexcept { return pointer_; }
+  // Where the text itself is wrong (a syntax error, a repeated key); 0:0 otherwise.
+  const JsonPosition& at() const noexcept { return at_; }
+
+ private:
+  std::string pointer_;
+  JsonPosition at_;
+};
+
+// Where things are in a JSON-with-comments text: the position of every value by JSON pointer
+// (a member's position is its key's), and every key an object repeats. nlohmann keeps the last of
+// two equal keys without a word, so a reader of the file could believe the first; both are found here.
+struct JsonSourceMap {
+  std::map<std::string, JsonPosition> at;  // "/sandbox/filesystem/write/0" -> where it starts
+  struct Duplicate {
+    std::string pointer;  // of the repeated member
+    JsonPosition first, again;
+  };
+  std::vector<Duplicate> duplicates;
+  // The position of `pointer`, or of its nearest ancestor the text has; {} when none.
+  JsonPosition find(std::string pointer) const;
+};
+// Reads `text` as far as it is well-formed JSON with // and /* */ comments.
+JsonSourceMap map_json_source(const std::string& text);
+
+// A field as the error messages name it ("sandbox.filesystem.write[0]") as a JSON pointer.
+std::string field_pointer(const std::string& field);
+
+// writes.later_execution when a policy names none: the shipped defaults (policies/README.md explains
+// each entry).
+const std::vector<std::string>& default_later_execution();
+
+// `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
+// the file and field on any problem.
+Preset load_preset(const std::string& name_or_path, const std::filesystem::path& policy_dir);
+Preset parse_preset(const nlohmann::json& doc, const std::filesystem::path& source, const std::string& digest);
+
+// Names of the presets in `policy_dir` (files *.json other than schema.json), sorted.
+std::vector<std::string> list_presets(const std::filesystem::path& policy_dir);
+
+// Every tool the preset lists (allow + ask), i.e. every tool the child is told about.
+std::vector<std::string> offered_tools(const Preset& p);
+
+// The limits a child is told in its welcome (protocol/README.md), from the budgets it runs under.
+protocol::Limits child_limits(const Budgets& b);
+
+// The most `tool` can get from the preset over all arguments (deny < ask < allow): its list, or a
+// rule that allows or asks for some arguments. Parent-only and denied tools: deny.
+Decision widest_decision(const Preset& p, const std::string& tool);
+
+// The decision for one call. `why` receives the rule or list that decided, for error messages;
+// `rule`, when given, receives its short name for the envelope's denials: "blocked", "tools.deny",
+// "tools.rules[2] {\"path_under\":[\".git\"]}", "tools.allow", "tools.ask" or "not offered".
+Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why,
+                std::string* rule = nullptr);
+
+// Reads a JSON-with-comments file; throws PresetError naming the file and the position of a parse
+// error or of a key an object repeats (refused: which of the two counts is invisible in the text).
+nlohmann::json read_jsonc_file(const std::filesystem::path& file, std::string* raw_bytes = nullptr);
+
+}  // namespace supervisor

@@ -1,0 +1,153 @@
+// Transcripts: one JSON file per child, `subagent-<id>.json`, in a transcript store directory, so that a
+// person can reconstruct afterwards what a child did. Format and jq recipes: docs/transcripts.md.
+//
+// Durability: every write replaces the whole file atomically (a temporary file in the same directory
+// created O_EXCL 0600, written, fsync'd, renamed over the old version, then the directory fsync'd), so a
+// supervisor killed at any moment leaves the previous version or the new one, never half a file. A
+// transcript is written when it is opened (status "running"), at key events (sandbox started, approval
+// asked, budget, cancel, kill, failure, exit), at most every `checkpoint_interval` otherwise, and last
+// with the envelope (status "finished").
+//
+// Ownership: a store never overwrites a file it did not create in this process (an existing id is
+// refused; the first version is linked in with RENAME_NOREPLACE), and retention deletes only regular
+// files named subagent-<id>.json, never one that is still being written by this store, and the
+// temporaries (.subagent-<id>.json.tmp-<pid>-<n>) of writer processes that no longer exist.
+//
+// Errors (directory missing, read-only, full) never throw out of these classes: they are returned as
+// strings naming the file and the cause, and the envelope's transcript is then null.
+//
+// Threading: TranscriptStore may be shared between sessions and threads (it locks what it shares);
+// a Transcript belongs to one session and is used on that session's io thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/envelope.hpp"
+#include "records/scrub.hpp"
+
+namespace supervisor {
+
+class AuditLog;
+
+// $XDG_STATE_HOME/subagent-supervisor, or ~/.local/state/subagent-supervisor.
+std::filesystem::path default_state_dir();
+// default_state_dir()/transcripts
+std::filesystem::path default_transcript_dir();
+
+// "2024-05-01T12:34:56.789Z"
+std::string rfc3339_utc(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
+
+namespace detail {
+// Cuts every string in `v` to `max` bytes on a UTF-8 boundary, noting how long it was. Used after
+// scrubbing, so a cut never leaves the first half of a secret the scrubber could have recognised.
+void cap_json_strings(nlohmann::json& v, std::size_t max);
+// mkdir -p; directories it creates get mode 0700. Returns "" or the error naming the directory.
+std::string make_private_dirs(const std::filesystem::path& dir);
+}  // namespace detail
+
+struct TranscriptOptions {
+  std::filesystem::path dir;  // empty: default_transcript_dir(); created (with parents) mode 0700
+  std::size_t keep = 200;     // newest subagent-*.json files kept; 0 keeps all
+  std::chrono::milliseconds checkpoint_interval{5'000};
+  std::size_t max_string_bytes = 64 * 1024;  // per string inside an event, cut after scrubbing
+  std::size_t max_record_bytes = 512 * 1024; // per event: longer ones keep the start of each string
+  std::size_t max_events = 20'000;           // later events are counted in "events_dropped"
+  bool sync = true;                          // fsync file and directory (off only in benchmarks)
+};
+
+// What a transcript says about the child before any event.
+struct TranscriptHeader {
+  std::string id;
+  std::string parent;  // who asked for the child (a parent agent's name, a connection, "cli")
+  std::string brief;
+  std::string description;
+  std::string preset;
+  std::string policy_digest;
+  std::string workspace;
+  std::string model;
+};
+
+class Transcript;
+
+class TranscriptStore {
+ public:
+  TranscriptStore(TranscriptOptions options, std::shared_ptr<const Scrubber> scrubber);
+  ~TranscriptStore();
+  TranscriptStore(const TranscriptStore&) = delete;
+  TranscriptStore& operator=(const TranscriptStore&) = delete;
+
+  const std::filesystem::path& dir() const noexcept;
+  const TranscriptOptions& options() const noexcept;
+  const std::shared_ptr<const Scrubber>& scrubber() const noexcept;
+  // Why the directory is unusable, or empty.
+  std::string error() const;
+
+  // Starts a child's transcript and writes its first version (status "running"), then applies
+  // retention. Returns nullptr with `error` set when the id is not a safe file name, a file for it
+  // already exists, or the directory cannot be written.
+  std::shared_ptr<Transcript> open(const TranscriptHeader& header, std::string& error) noexcept;
+
+  // Deletes the oldest subagent-<id>.json files beyond `keep` (by modification time), never one this
+  // store is still writing, and the temporaries of dead writer processes (a supervisor killed
+  // mid-write); never any other file. Returns how many transcripts were deleted.
+  std::size_t prune(std::string* error = nullptr) noexcept;
+
+  std::filesystem::path path_for(const std::string& id) const;
+
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+class Transcript {
+ public:
+  ~Transcript();
+  Transcript(const Transcript&) = delete;
+  Transcript& operator=(const Transcript&) = delete;
+
+  // Records one session event (as ChildSession emits it): scrubbed, long strings cut, a "time" added.
+  // Writes the file at key events and checkpoints. Never throws.
+  void record(const nlohmann::json& event) noexcept;
+  // Records the envelope (scrubbed; its "transcript" set to this file) and writes the final version.
+  // Returns whether the file on disk now holds it.
+  bool record_envelope(const nlohmann::json& envelope) noexcept;
+  // Writes the current state now; returns whether it succeeded.
+  bool flush() noexcept;
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+  // The envelope as recorded (scrubbed), or null before record_envelope().
+  const nlohmann::json& envelope() const noexcept { return doc_["envelope"]; }
+  // The last write's error, or empty when the file on disk is current.
+  const std::string& error() const noexcept { return error_; }
+  bool finished() const noexcept { return finished_; }
+  std::size_t writes() const noexcept { return writes_; }
+
+ private:
+  friend class TranscriptStore;
+  Transcript(std::shared_ptr<TranscriptStore::Shared> store, const TranscriptHeader& header);
+  bool write() noexcept;
+
+  std::shared_ptr<TranscriptStore::Shared> store_;
+  std::string id_;
+  std::filesystem::path path_;
+  nlohmann::json doc_;
+  std::size_t dropped_ = 0;
+  std::string error_;
+  bool finished_ = false;
+  bool dirty_ = false;
+  std::optional<std::pair<dev_t, ino_t>> on_disk_;  // the file this object created
+  std::chrono::steady_clock::time_point last_write_{};
+  std::size_t writes_ = 0;
+};
+
+}  // namespace supervisor

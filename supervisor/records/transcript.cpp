@@ -1,0 +1,515 @@
+// Transcript store: atomic whole-file writes, the never-overwrite rule and retention.
+#include "records/transcript.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace supervisor {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "subagent-transcript/1";
+constexpr std::string_view kPrefix = "subagent-";
+constexpr std::string_view kSuffix = ".json";
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+bool valid_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+// The id of a retention candidate, or empty for any other name (temporary files start with '.').
+std::string transcript_id_of(std::string_view name) {
+  if (name.size() <= kPrefix.size() + kSuffix.size()) return {};
+  if (name.substr(0, kPrefix.size()) != kPrefix || name.substr(name.size() - kSuffix.size()) != kSuffix) return {};
+  std::string_view id = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  return valid_id(id) ? std::string(id) : std::string();
+}
+
+// The pid in a temporary's name (".subagent-<id>.json.tmp-<pid>-<n>", made by atomic_replace), or 0
+// when `name` is not one.
+pid_t temporary_owner(std::string_view name) {
+  if (name.empty() || name[0] != '.') return 0;
+  const auto mark = name.find(".tmp-");
+  if (mark == std::string_view::npos || transcript_id_of(name.substr(1, mark - 1)).empty()) return 0;
+  std::string_view rest = name.substr(mark + 5);
+  const auto dash = rest.find('-');
+  if (dash == 0 || dash == std::string_view::npos) return 0;
+  long pid = 0;
+  for (char c : rest.substr(0, dash)) {
+    if (c < '0' || c > '9' || pid > 4'194'304) return 0;
+    pid = pid * 10 + (c - '0');
+  }
+  return static_cast<pid_t>(pid);
+}
+
+}  // namespace
+
+std::string detail::make_private_dirs(const fs::path& dir) {
+  fs::path cur;
+  for (const auto& part : dir) {
+    cur /= part;
+    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
+      int err = errno;
+      return "cannot create directory " + cur.string() + ": " + errno_text(err);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return "cannot use directory " + dir.string() + ": " + errno_text(errno);
+  if (!S_ISDIR(st.st_mode)) return dir.string() + " exists and is not a directory";
+  return {};
+}
+
+void detail::cap_json_strings(json& v, std::size_t max) {
+  if (v.is_string()) {
+    auto& s = v.get_ref<std::string&>();
+    if (s.size() > max) {
+      auto c = protocol::cap_utf8(s, max);
+      s = c.text + "…[cut: " + std::to_string(c.original_bytes) + " bytes]";
+    }
+  } else if (v.is_array() || v.is_object()) {
+    for (auto& item : v) cap_json_strings(item, max);
+  }
+}
+
+namespace {
+
+bool write_all(int fd, std::string_view data, int& err) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      return false;
+    }
+    if (n == 0) {
+      err = EIO;
+      return false;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+std::atomic<unsigned> g_tmp_counter{0};
+
+// Puts `data` at dirfd/name atomically. `owned` is the file this process put there before (then only
+// that file may be replaced; if it is gone it is created again), or empty (then the name must be free).
+std::string atomic_replace(int dirfd, const fs::path& dir, const std::string& name, std::string_view data,
+                           std::optional<std::pair<dev_t, ino_t>>& owned, bool sync) {
+  const std::string where = (dir / name).string();
+  bool create = !owned;
+  if (owned) {
+    struct stat st;
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (st.st_dev != owned->first || st.st_ino != owned->second)
+        return where + " was replaced by another program; a transcript never overwrites a file it did not create";
+    } else if (errno == ENOENT) {
+      create = true;  // deleted meanwhile (e.g. another supervisor's retention): put it back
+    } else {
+      int err = errno;
+      return "cannot check " + where + ": " + errno_text(err);
+    }
+  }
+
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    tmp = "." + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
+    fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    int err = errno;
+    return "cannot write transcript " + where + ": cannot create a temporary file in " + dir.string() + ": " +
+           errno_text(err);
+  }
+  auto discard = [&](const std::string& what, int err) {
+    ::unlinkat(dirfd, tmp.c_str(), 0);
+    return "cannot write transcript " + where + ": " + what + ": " + errno_text(err);
+  };
+  int err = 0;
+  if (!write_all(fd, data, err)) {
+    ::close(fd);
+    return discard("write failed", err);
+  }
+  if (sync && ::fsync(fd) != 0) {
+    err = errno;
+    ::close(fd);
+    return discard("fsync failed", err);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    err = errno;
+    ::close(fd);
+    return discard("fstat failed", err);
+  }
+  if (::close(fd) != 0) return discard("close failed", errno);  // never retried (EINTR leaves fd closed)
+
+  if (create) {
+    // RENAME_NOREPLACE: the name must still be free at the moment the file appears.
+    if (::renameat2(dirfd, tmp.c_str(), dirfd, name.c_str(), RENAME_NOREPLACE) != 0) {
+      err = errno;
+      if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
+        // A filesystem without RENAME_NOREPLACE: link(2) fails with EEXIST just as atomically.
+        if (::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0) != 0) err = errno;
+        else err = 0;
+        ::unlinkat(dirfd, tmp.c_str(), 0);
+      } else {
+        ::unlinkat(dirfd, tmp.c_str(), 0);
+      }
+      if (err == EEXIST)
+        return where + " already exists; a transcript never overwrites a file it did not create";
+      if (err != 0) return "cannot write transcript " + where + ": rename failed: " + errno_text(err);
+    }
+  } else if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
+    return discard("rename failed", errno);
+  }
+  owned = std::make_pair(st.st_dev, st.st_ino);
+  if (sync && ::fsync(dirfd) != 0) {
+    err = errno;
+    return "transcript " + where + " was written but the directory could not be synced: " + errno_text(err);
+  }
+  return {};
+}
+
+bool is_checkpoint(const std::string& kind, const json& event) {
+  static const std::set<std::string> key = {"started", "approval", "budget", "cancel", "kill", "failure", "exit"};
+  if (key.count(kind)) return true;
+  // A child waiting for an approval may wait minutes: make the question visible now.
+  return kind == "tool_decision" && event.value("decision", "") == "ask";
+}
+
+}  // namespace
+
+fs::path default_state_dir() {
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x == '/') return fs::path(x) / "subagent-supervisor";
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h && *h == '/') home = h;
+  if (home.empty()) {
+    struct passwd pw, *res = nullptr;
+    std::vector<char> buf(16384);
+    if (::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &res) == 0 && res && res->pw_dir) home = res->pw_dir;
+  }
+  if (home.empty()) return fs::temp_directory_path() / ("subagent-supervisor-" + std::to_string(::getuid()));
+  return fs::path(home) / ".local" / "state" / "subagent-supervisor";
+}
+
+fs::path default_transcript_dir() { return default_state_dir() / "transcripts"; }
+
+std::string rfc3339_utc(std::chrono::system_clock::time_point t) {
+  using namespace std::chrono;
+  const auto ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  int frac = static_cast<int>(ms % 1000);
+  if (frac < 0) frac += 1000, --secs;
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[96];  // room for any int, which keeps -Wformat-truncation quiet
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+  return buf;
+}
+
+// ---- the store -----------------------------------------------------------------------------------
+
+struct TranscriptStore::Shared {
+  TranscriptOptions options;
+  std::shared_ptr<const Scrubber> scrubber;
+  fs::path dir;
+  std::mutex mu;  // guards everything below
+  int dirfd = -1;
+  std::string error;
+  std::set<std::string> active;  // ids whose Transcript objects are alive
+
+  std::string ensure_dir() {
+    if (dirfd >= 0) return {};
+    error = detail::make_private_dirs(dir);
+    if (!error.empty()) return error;
+    dirfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) error = "cannot open transcript directory " + dir.string() + ": " + errno_text(errno);
+    return error;
+  }
+
+  ~Shared() {
+    if (dirfd >= 0) ::close(dirfd);
+  }
+};
+
+TranscriptStore::TranscriptStore(TranscriptOptions options, std::shared_ptr<const Scrubber> scrubber)
+    : shared_(std::make_shared<Shared>()) {
+  shared_->options = std::move(options);
+  shared_->scrubber = scrubber ? std::move(scrubber) : default_scrubber();
+  std::error_code ec;
+  fs::path dir = shared_->options.dir.empty() ? default_transcript_dir() : shared_->options.dir;
+  fs::path abs = fs::absolute(dir, ec);
+  shared_->dir = ec ? dir : abs.lexically_normal();
+  shared_->options.dir = shared_->dir;
+  std::lock_guard lock(shared_->mu);
+  shared_->ensure_dir();
+}
+
+TranscriptStore::~TranscriptStore() = default;
+
+const fs::path& TranscriptStore::dir() const noexcept { return shared_->dir; }
+const TranscriptOptions& TranscriptStore::options() const noexcept { return shared_->options; }
+const std::shared_ptr<const Scrubber>& TranscriptStore::scrubber() const noexcept { return shared_->scrubber; }
+
+std::string TranscriptStore::error() const {
+  std::lock_guard lock(shared_->mu);
+  return shared_->error;
+}
+
+fs::path TranscriptStore::path_for(const std::string& id) const {
+  return shared_->dir / (std::string(kPrefix) + id + std::string(kSuffix));
+}
+
+std::shared_ptr<Transcript> TranscriptStore::open(const TranscriptHeader& header, std::string& error) noexcept {
+  try {
+    if (!valid_id(header.id)) {
+      error = "transcript id '" + shared_->scrubber->scrub(header.id) +
+              "' is not usable in a file name (letters, digits, '-' and '_' only)";
+      return nullptr;
+    }
+    const std::string name = std::string(kPrefix) + header.id + std::string(kSuffix);
+    {
+      std::lock_guard lock(shared_->mu);
+      if (std::string e = shared_->ensure_dir(); !e.empty()) {
+        error = "no transcript: " + e;
+        return nullptr;
+      }
+      if (shared_->active.count(header.id)) {
+        error = path_for(header.id).string() + " is already being written for another child with the same id";
+        return nullptr;
+      }
+      struct stat st;
+      if (::fstatat(shared_->dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        error = path_for(header.id).string() +
+                " already exists; a transcript never overwrites a file it did not create";
+        return nullptr;
+      }
+      shared_->active.insert(header.id);
+    }
+    std::shared_ptr<Transcript> t(new Transcript(shared_, header));
+    if (!t->write()) {
+      error = t->error();
+      return nullptr;  // ~Transcript leaves the active set
+    }
+    std::string prune_error;
+    prune(&prune_error);
+    return t;
+  } catch (const std::exception& e) {
+    error = std::string("no transcript: ") + e.what();
+  } catch (...) {
+    error = "no transcript: unknown error";
+  }
+  return nullptr;
+}
+
+std::size_t TranscriptStore::prune(std::string* error) noexcept {
+  const std::size_t keep = shared_->options.keep;  // 0: keep every transcript (temporaries still go)
+  std::size_t removed = 0;
+  try {
+    std::lock_guard lock(shared_->mu);
+    if (std::string e = shared_->ensure_dir(); !e.empty()) {
+      if (error) *error = e;
+      return 0;
+    }
+    int fd = ::dup(shared_->dirfd);
+    if (fd < 0) {
+      if (error) *error = "cannot list " + shared_->dir.string() + ": " + errno_text(errno);
+      return 0;
+    }
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      int err = errno;
+      ::close(fd);
+      if (error) *error = "cannot list " + shared_->dir.string() + ": " + errno_text(err);
+      return 0;
+    }
+    ::rewinddir(d);
+    struct Candidate {
+      std::string name, id;
+      struct timespec mtime;
+    };
+    std::vector<Candidate> found;
+    while (dirent* ent = ::readdir(d)) {
+      // A temporary left by a supervisor that was killed mid-write (its pid is gone) is never going
+      // to be renamed into place: remove it, so no half-written file stays behind.
+      if (const pid_t owner = temporary_owner(ent->d_name);
+          owner > 0 && owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+        ::unlinkat(shared_->dirfd, ent->d_name, 0);
+        continue;
+      }
+      std::string id = transcript_id_of(ent->d_name);
+      if (id.empty()) continue;
+      struct stat st;
+      if (::fstatat(shared_->dirfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+      found.push_back({ent->d_name, std::move(id), st.st_mtim});
+    }
+    ::closedir(d);
+    if (keep == 0 || found.size() <= keep) return 0;
+    std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.mtime.tv_sec != b.mtime.tv_sec) return a.mtime.tv_sec > b.mtime.tv_sec;
+      if (a.mtime.tv_nsec != b.mtime.tv_nsec) return a.mtime.tv_nsec > b.mtime.tv_nsec;
+      return a.name > b.name;
+    });
+    for (std::size_t i = keep; i < found.size(); ++i) {
+      if (shared_->active.count(found[i].id)) continue;
+      if (::unlinkat(shared_->dirfd, found[i].name.c_str(), 0) == 0) ++removed;
+      else if (errno != ENOENT && error)
+        *error = "cannot delete old transcript " + (shared_->dir / found[i].name).string() + ": " + errno_text(errno);
+    }
+  } catch (const std::exception& e) {
+    if (error) *error = std::string("retention failed: ") + e.what();
+  }
+  return removed;
+}
+
+// ---- one transcript ------------------------------------------------------------------------------
+
+Transcript::Transcript(std::shared_ptr<TranscriptStore::Shared> store, const TranscriptHeader& h)
+    : store_(std::move(store)), id_(h.id) {
+  path_ = store_->dir / (std::string(kPrefix) + h.id + std::string(kSuffix));
+  const std::string now = rfc3339_utc();
+  doc_ = json{{"format", kFormat},
+              {"id", h.id},
+              {"status", "running"},
+              {"parent", h.parent},
+              {"started_at", now},
+              {"updated_at", now},
+              {"preset", h.preset},
+              {"policy_digest", h.policy_digest},
+              {"description", h.description},
+              {"workspace", h.workspace},
+              {"model", h.model},
+              {"brief", h.brief},
+              {"sandbox", {{"applied", json::array()}, {"missing", json::array()}}},
+              {"events", json::array()},
+              {"events_dropped", 0},
+              {"envelope", nullptr}};
+  store_->scrubber->scrub_in_place(doc_);
+}
+
+Transcript::~Transcript() {
+  std::lock_guard lock(store_->mu);
+  store_->active.erase(id_);
+}
+
+void Transcript::record(const json& event) noexcept {
+  try {
+    const std::string kind = event.is_object() ? event.value("event", "") : "";
+    if (kind == "envelope" && event.contains("envelope")) {
+      record_envelope(event["envelope"]);
+      return;
+    }
+    if (finished_) return;
+    json e = store_->scrubber->scrub_json(event);
+    detail::cap_json_strings(e, store_->options.max_string_bytes);
+    // One record (say a model turn that sends many long tool results) stays under its cap too:
+    // every string is cut shorter until it fits, and the record says so.
+    // Only the kinds that carry content can get that long; the others skip the size check.
+    const bool content = kind == "model_request" || kind == "model_response" || kind == "tool_result" ||
+                         kind == "tool_decision" || kind == "approval";
+    const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
+    for (std::size_t cap = store_->options.max_string_bytes / 4; max_record && cap >= 64 && e.dump().size() > max_record;
+         cap /= 4) {
+      detail::cap_json_strings(e, cap);
+      e["record_cut"] = true;
+    }
+    e["time"] = rfc3339_utc();
+    if (kind == "spawn") {
+      if (doc_["model"].get_ref<const std::string&>().empty() && e.contains("model") && e["model"].is_string())
+        doc_["model"] = e["model"];
+      if (e.contains("policy_digest") && e["policy_digest"].is_string()) doc_["policy_digest"] = e["policy_digest"];
+    } else if (kind == "started" && e.contains("sandbox")) {
+      doc_["sandbox"] = e["sandbox"];
+    }
+    auto& events = doc_["events"];
+    if (events.size() < store_->options.max_events) events.push_back(std::move(e));
+    else ++dropped_;
+    dirty_ = true;
+    if (is_checkpoint(kind, event) || std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
+      write();
+  } catch (const std::exception& ex) {
+    error_ = std::string("transcript ") + path_.string() + ": " + ex.what();
+  } catch (...) {
+    error_ = "transcript " + path_.string() + ": unknown error";
+  }
+}
+
+bool Transcript::record_envelope(const json& envelope) noexcept {
+  try {
+    json env = store_->scrubber->scrub_json(envelope);
+    if (env.is_object()) env["transcript"] = path_.string();
+    doc_["envelope"] = std::move(env);
+    doc_["status"] = "finished";
+    finished_ = true;
+    dirty_ = true;
+    return write();
+  } catch (const std::exception& ex) {
+    error_ = std::string("transcript ") + path_.string() + ": " + ex.what();
+  } catch (...) {
+    error_ = "transcript " + path_.string() + ": unknown error";
+  }
+  return false;
+}
+
+bool Transcript::flush() noexcept { return write(); }
+
+bool Transcript::write() noexcept {
+  try {
+    doc_["updated_at"] = rfc3339_utc();
+    doc_["events_dropped"] = dropped_;
+    std::string data = doc_.dump(1, ' ', false, json::error_handler_t::replace);
+    data += '\n';
+    int dirfd;
+    {
+      std::lock_guard lock(store_->mu);
+      if (std::string e = store_->ensure_dir(); !e.empty()) {
+        error_ = "cannot write transcript " + path_.string() + ": " + e;
+        return false;
+      }
+      dirfd = store_->dirfd;
+    }
+    const std::string name = path_.filename().string();
+    std::string err = atomic_replace(dirfd, store_->dir, name, data, on_disk_, store_->options.sync);
+    last_write_ = std::chrono::steady_clock::now();  // a failing disk is retried at the next checkpoint
+    if (!err.empty()) {
+      error_ = std::move(err);
+      return false;
+    }
+    error_.clear();
+    dirty_ = false;
+    ++writes_;
+    return true;
+  } catch (const std::exception& ex) {
+    error_ = std::string("cannot write transcript ") + path_.string() + ": " + ex.what();
+  } catch (...) {
+    error_ = "cannot write transcript " + path_.string() + ": unknown error";
+  }
+  return false;
+}
+
+}  // namespace supervisor
