@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "cli/cli.hpp"
 #include "records/transcript.hpp"
 #include "test_util.hpp"
 
