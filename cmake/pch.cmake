@@ -8,8 +8,8 @@
 # and an executable cannot reuse a library's PCH (-fPIE against -fPIC).
 #
 # PCH only saves parsing: a header that a file forgets to include is still found through the PCH, so
-# builds with SUBAGENT_PCH=OFF are the check that every file includes what it uses (the sanitizer
-# builds keep it on; configure with -DSUBAGENT_PCH=OFF to check).
+# a build with SUBAGENT_PCH=OFF (the default for now) is the check that every file includes what it
+# uses. Clang (the sanitizer and fuzz builds) builds these PCHs too, with -fno-pch-timestamp.
 #
 # ccache caches compilations that use a PCH only with this sloppiness (the .gch is newer than the
 # compilation's start and carries __DATE__/__TIME__), set through the launcher in CMakeLists.txt.
