@@ -14,12 +14,12 @@ jobs=$(nproc 2>/dev/null || echo 2)
 asan_dir=${SUBAGENT_ASAN_BUILD_DIR:-$here/build-asan}
 tsan_dir=${SUBAGENT_TSAN_BUILD_DIR:-$here/build-tsan}
 
-# The suites whose code runs on more than one thread. The supervisor itself has one (the Asio loop),
-# plus libcurl's resolver thread behind the HTTP client, the providers and the web tools; the fake
-# model server those tests talk to serves each connection on its own thread; the launcher test checks
-# PR_SET_PDEATHSIG against the launching thread; the hostile-sandbox tests run listener threads.
-# TranscriptStore and AuditLog are documented as callable from any thread, but nothing calls them
-# from more than one yet.
+# The suites (CTest names: one per test file) whose code runs on more than one thread. The supervisor
+# itself has one (the Asio loop), plus libcurl's resolver thread behind the HTTP client, the providers
+# and the web tools; the fake model server those tests talk to serves each connection on its own
+# thread; the launcher test checks PR_SET_PDEATHSIG against the launching thread; the hostile-sandbox
+# tests run listener threads. TranscriptStore and AuditLog are documented as callable from any
+# thread, but nothing calls them from more than one yet.
 tsan_tests='^(http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
 
 symbolizer=/usr/lib/llvm-16/bin/llvm-symbolizer
@@ -53,8 +53,16 @@ run_asan() {
 run_tsan() {
   echo "sanitize: ThreadSanitizer build in $tsan_dir" >&2
   configure "$tsan_dir" -DSUBAGENT_TSAN=ON
+  # The binaries that hold those tests, from the index the configure step writes (tests/CMakeLists.txt;
+  # a build directory configured before the index existed is configured again).
+  [ -f "$tsan_dir/tests/test-index.tsv" ] || cmake "$tsan_dir" >/dev/null
   local targets
-  targets=$(sed -E 's/^\^\(//; s/\)\$$//; s/\|/ /g' <<<"$tsan_tests")
+  targets=$(awk -F'\t' -v re="$tsan_tests" '$1 ~ re { n = split($2, p, "/"); print p[n] }' \
+    "$tsan_dir/tests/test-index.tsv" | sort -u)
+  if [ -z "$targets" ]; then
+    echo "sanitize: no test in $tsan_dir/tests/test-index.tsv matches $tsan_tests" >&2
+    exit 1
+  fi
   # shellcheck disable=SC2086  # one target per word
   cmake --build "$tsan_dir" -j "$jobs" --target $targets
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Runs the sandbox test binaries and the run CLI tests as an unprivileged user (issue 13): the
+# Runs the sandbox tests and the run CLI tests as an unprivileged user (issue 13): the
 # supervisor also runs as an ordinary user, where the user namespace is unprivileged, the child
 # keeps the user's uid (the identity layer says why) and RLIMIT_NPROC is the process cap.
 #   scripts/unprivileged.sh [TEST_NAME...]     (default: the list below)
+# A test name is a CTest name (the test file's name, e.g. sandbox_launch_test); the build's
+# tests/test-index.tsv says which grouped binary runs it with which doctest filter.
 # As root it drops to uid/gid 65534 (SUBAGENT_UNPRIVILEGED_UID to choose another) with setpriv;
 # as a normal user it runs the tests as that user. Test cases that need root say so with a doctest
-# MESSAGE and skip only themselves. Exits non-zero when any binary fails or cannot run.
+# MESSAGE and skip only themselves. Exits non-zero when any test fails or cannot run.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${SUBAGENT_BUILD_DIR:-$here/build}
 id=${SUBAGENT_UNPRIVILEGED_UID:-65534}
+index=$build_dir/tests/test-index.tsv
 
 tests=("$@")
 if ((${#tests[@]} == 0)); then
@@ -29,6 +32,10 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   who="uid $(id -u) (already unprivileged)"
 fi
+if [ ! -f "$index" ]; then
+  echo "unprivileged.sh: $index is missing: configure and build $build_dir first" >&2
+  exit 1
+fi
 # The tests find their programs and policies by absolute path: every directory on the way must
 # let that user through.
 for p in "$build_dir/bin/subagent-supervisor" "$here/policies/worker.json"; do
@@ -39,13 +46,18 @@ for p in "$build_dir/bin/subagent-supervisor" "$here/policies/worker.json"; do
   fi
 done
 
-echo "unprivileged.sh: running ${#tests[@]} test binaries as $who" >&2
+echo "unprivileged.sh: running ${#tests[@]} tests as $who" >&2
 failed=()
 for t in "${tests[@]}"; do
-  bin="$build_dir/tests/$t"
-  [ -x "$bin" ] || bin="$build_dir/bin/$t"
+  bin= filter=
+  IFS=$'\t' read -r _ bin filter < <(awk -F'\t' -v t="$t" '$1 == t' "$index") || true
+  if [ -z "$bin" ]; then
+    echo "unprivileged.sh: $t is not a test of this build (see $index)" >&2
+    failed+=("$t")
+    continue
+  fi
   if [ ! -x "$bin" ]; then
-    echo "unprivileged.sh: $t is not built (looked in $build_dir/tests and $build_dir/bin)" >&2
+    echo "unprivileged.sh: $t: $bin is not built" >&2
     failed+=("$t")
     continue
   fi
@@ -53,7 +65,7 @@ for t in "${tests[@]}"; do
   if [ "$(id -u)" -eq 0 ]; then chown "$id:$id" "$work/$t"; fi
   echo "== $t as $who" >&2
   if ! (cd "$work/$t" && "${drop[@]}" env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$work/$t" \
-          TMPDIR="$work/$t" XDG_STATE_HOME="$work/$t/state" "$bin"); then
+          TMPDIR="$work/$t" XDG_STATE_HOME="$work/$t/state" "$bin" "$filter"); then
     failed+=("$t")
   fi
 done
@@ -61,4 +73,4 @@ if ((${#failed[@]})); then
   echo "unprivileged.sh: failed as $who: ${failed[*]}" >&2
   exit 1
 fi
-echo "unprivileged.sh: all ${#tests[@]} test binaries passed as $who" >&2
+echo "unprivileged.sh: all ${#tests[@]} tests passed as $who" >&2

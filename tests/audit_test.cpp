@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 
+#include "cli/cli.hpp"
 #include "records/transcript.hpp"
 #include "test_util.hpp"
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# clang-format (.clang-format at the root) over the project's C and C++ sources.
+#   scripts/format.sh            rewrite the files in place
+#   scripts/format.sh --check    change nothing; list the files that differ and exit 1 if any does
+#   scripts/format.sh [--check] FILE...   only these files
+# Debian 12's clang-format (14) is the reference; another version may break a few lines differently.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+check=0
+if [ "${1:-}" = --check ]; then
+  check=1
+  shift
+fi
+if ! command -v clang-format >/dev/null; then
+  echo "format.sh: clang-format is not installed (apt-get install clang-format)" >&2
+  exit 1
+fi
+
+files=("$@")
+if ((${#files[@]} == 0)); then
+  mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.c')
+fi
+
+if ((check == 0)); then
+  clang-format -i --style=file "${files[@]}"
+  exit 0
+fi
+differ=()
+for f in "${files[@]}"; do
+  if ! clang-format --style=file "$f" | cmp -s - "$f"; then
+    differ+=("$f")
+  fi
+done
+if ((${#differ[@]})); then
+  printf 'format.sh: not formatted: %s\n' "${differ[@]}" >&2
+  exit 1
+fi
+echo "format.sh: ${#files[@]} files formatted as .clang-format says" >&2
