@@ -13,7 +13,6 @@
 #include <fstream>
 #include <set>
 
-#include "cli/cli.hpp"
 #include "records/transcript.hpp"
 #include "test_util.hpp"
 

@@ -1,5 +1,6 @@
 // Transcript store: atomic whole-file writes, the never-overwrite rule and retention.
 #include "records/transcript.hpp"
+#include "records/events.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -210,11 +211,20 @@ void append_event_text(std::string& out, const json& e, bool first) {
   }
 }
 
-bool is_checkpoint(const std::string& kind, const json& event) {
-  static const std::set<std::string> key = {"started", "approval", "budget", "cancel", "kill", "failure", "exit"};
-  if (key.count(kind)) return true;
-  // A child waiting for an approval may wait minutes: make the question visible now.
-  return kind == "tool_decision" && event.value("decision", "") == "ask";
+bool is_checkpoint(std::optional<EventKind> kind, const json& event) {
+  if (!kind) return false;
+  switch (*kind) {
+    case EventKind::started:
+    case EventKind::approval:
+    case EventKind::budget:
+    case EventKind::cancel:
+    case EventKind::kill:
+    case EventKind::failure:
+    case EventKind::exit: return true;
+    // A child waiting for an approval may wait minutes: make the question visible now.
+    case EventKind::tool_decision: return event.value("decision", "") == "ask";
+    default: return false;
+  }
 }
 
 }  // namespace
@@ -470,8 +480,8 @@ Transcript::~Transcript() {
 
 void Transcript::record(const json& event) noexcept {
   try {
-    const std::string kind = event.is_object() ? event.value("event", "") : "";
-    if (kind == "envelope" && event.contains("envelope")) {
+    const std::optional<EventKind> kind = event_kind(event);
+    if (kind == EventKind::envelope && event.contains("envelope")) {
       record_envelope(event["envelope"]);
       return;
     }
@@ -481,8 +491,8 @@ void Transcript::record(const json& event) noexcept {
     // One record (say a model turn that sends many long tool results) stays under its cap too:
     // every string is cut shorter until it fits, and the record says so.
     // Only the kinds that carry content can get that long; the others skip the size check.
-    const bool content = kind == "model_request" || kind == "model_response" || kind == "tool_result" ||
-                         kind == "tool_decision" || kind == "approval";
+    const bool content = kind == EventKind::model_request || kind == EventKind::model_response ||
+                         kind == EventKind::tool_result || kind == EventKind::tool_decision || kind == EventKind::approval;
     const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
     for (std::size_t cap = store_->options.max_string_bytes / 4; max_record && cap >= 64 && e.dump().size() > max_record;
          cap /= 4) {
@@ -490,11 +500,11 @@ void Transcript::record(const json& event) noexcept {
       e["record_cut"] = true;
     }
     e["time"] = rfc3339_utc();
-    if (kind == "spawn") {
+    if (kind == EventKind::spawn) {
       if (doc_["model"].get_ref<const std::string&>().empty() && e.contains("model") && e["model"].is_string())
         doc_["model"] = e["model"];
       if (e.contains("policy_digest") && e["policy_digest"].is_string()) doc_["policy_digest"] = e["policy_digest"];
-    } else if (kind == "started" && e.contains("sandbox")) {
+    } else if (kind == EventKind::started && e.contains("sandbox")) {
       doc_["sandbox"] = e["sandbox"];
     }
     if (events_ < store_->options.max_events) {
@@ -509,7 +519,8 @@ void Transcript::record(const json& event) noexcept {
     if (is_checkpoint(kind, event) || std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
       // A question to the parent is on disk before the parent is asked; other checkpoints of a
       // background store are written behind.
-      write_version(kind != "approval" && !(kind == "tool_decision" && event.value("decision", "") == "ask"));
+      write_version(kind != EventKind::approval &&
+                    !(kind == EventKind::tool_decision && event.value("decision", "") == "ask"));
   } catch (const std::exception& ex) {
     set_error(std::string("transcript ") + path_.string() + ": " + ex.what());
   } catch (...) {
