@@ -184,6 +184,21 @@ void parse_syscalls(const Parser& p, const json& section, const std::string& roo
 }
 }  // namespace
 
+std::string_view to_string(Network n) noexcept {
+  switch (n) {
+    case Network::none: return "none";
+    case Network::loopback: return "loopback";
+    case Network::host: return "host";
+  }
+  return "none";
+}
+
+std::optional<Network> parse_network(std::string_view text) noexcept {
+  for (Network n : {Network::none, Network::loopback, Network::host})
+    if (text == to_string(n)) return n;
+  return std::nullopt;
+}
+
 Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   Parser p(source);
   const std::string root = "sandbox";
@@ -210,10 +225,10 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
 
   const json& network = section.at("network");
   if (!network.is_string()) p.fail(root + ".network", "must be a string");
-  policy.network = network.get<std::string>();
-  if (policy.network != "none" && policy.network != "loopback" && policy.network != "host")
-    p.fail(root + ".network",
-           "must be \"none\", \"loopback\" or \"host\" (got \"" + policy.network + "\")");
+  const std::string& mode = network.get_ref<const std::string&>();
+  const std::optional<Network> parsed = parse_network(mode);
+  if (!parsed) p.fail(root + ".network", "must be \"none\", \"loopback\" or \"host\" (got \"" + mode + "\")");
+  policy.network = *parsed;
 
   parse_syscalls(p, section, root, policy);
 
@@ -257,9 +272,9 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
       p.fail(root + ".namespaces[" + std::to_string(i) + "]", "repeats '" + ns + "'");
   }
   bool has_net = seen.count("net") != 0;
-  if (policy.network == "host" && has_net)
+  if (policy.network == Network::host && has_net)
     p.fail(root + ".network", "is \"host\" but sandbox.namespaces lists \"net\", which hides it");
-  if (policy.network == "loopback" && !has_net)
+  if (policy.network == Network::loopback && !has_net)
     p.fail(root + ".network", "is \"loopback\", which needs \"net\" in sandbox.namespaces");
 
   const std::string env = root + ".environment";

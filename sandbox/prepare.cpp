@@ -255,7 +255,7 @@ LandlockPart build_landlock_layers(const Policy& policy, const LaunchRequest& re
       if (fs::is_directory(root, dir_ec)) check_workspace(root, "policy " + policy.source + ": write root");
     }
   }
-  paths.deny_tcp = policy.network == "none";
+  paths.deny_tcp = policy.network == Network::none;
   {
     bool names_interpreter = false;
     for (const auto& e : policy.exec_paths) names_interpreter |= e == "${interpreter}";
@@ -336,7 +336,7 @@ NamespacePart choose_namespaces(const Policy& policy, bool root, Plan& plan) {
   plan.drop_groups = root;
   plan.dumpable_for_maps = plan.user_ns && !root;
   plan.have_setpcap = plan.user_ns || has_cap_setpcap();
-  plan.loopback = policy.network == "loopback" && (flags & CLONE_NEWNET);
+  plan.loopback = policy.network == Network::loopback && (flags & CLONE_NEWNET);
   return part;
 }
 

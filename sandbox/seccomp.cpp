@@ -175,12 +175,12 @@ class RuleSet {
       add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
           {SCMP_A0(SCMP_CMP_MASKED_EQ, kReadImpliesExec | 0x80000000ULL, kReadImpliesExec)},
           "persona & READ_IMPLIES_EXEC", origin);
-    } else if (name == "socket" && policy_.network == "none") {
+    } else if (name == "socket" && policy_.network == Network::none) {
       // Every family, AF_UNIX too: Landlock (ABI 7) does not mediate connect(2) or sendto(2) to a
       // path-bound Unix socket, so an AF_UNIX socket could reach any listener on the filesystem
       // (the network namespace hides only abstract names). Connected pairs remain, below.
       add(name, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT", {}, "", origin);
-    } else if (name == "socketpair" && policy_.network == "none") {
+    } else if (name == "socketpair" && policy_.network == Network::none) {
       // A datagram pair could still sendto(2) a named socket (and be reconnected with connect(2));
       // stream and seqpacket pairs are connected for good and ignore a destination address.
       // 0xf is the kernel's SOCK_TYPE_MASK: SOCK_CLOEXEC and SOCK_NONBLOCK lie above it.
@@ -226,7 +226,7 @@ struct CtxDeleter {
 // Everything the rules are made of (RuleSet reads nothing else of the policy): two policies with
 // the same key compile to the same program.
 std::string policy_key(const Policy& policy) {
-  std::string key = policy.network;
+  std::string key(to_string(policy.network));
   for (const auto* list : {&policy.syscall_groups, &policy.extra_allowed_syscalls,
                            &policy.extra_denied_syscalls}) {
     key += '\n';

@@ -133,7 +133,7 @@ std::vector<std::string> effective_syscall_groups(const Policy& policy) {
   for (const SyscallGroupDef& g : kGroups) {
     bool listed = std::find(policy.syscall_groups.begin(), policy.syscall_groups.end(), g.name) !=
                   policy.syscall_groups.end();
-    if (listed || (g.name == "network" && policy.network != "none"))
+    if (listed || (g.name == "network" && policy.network != Network::none))
       out.emplace_back(g.name);
   }
   return out;

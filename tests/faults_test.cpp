@@ -364,7 +364,11 @@ TEST_CASE("SIGKILL to the supervisor: every child dies with it, no half-written 
   json w = s->reply("w");
   REQUIRE(w.value("state", "") == "running");
   const pid_t dead = s->pid();
-  CHECK(test::processes_named(st.child.filename().string()) == 5);  // twin of the check below: the scan sees them
+  // Twin of the check below: the scan sees them (the worker's launch may still be under way: its
+  // workspace is scanned and its exec awaited off the parent's turn).
+  for (int i = 0; i < 200 && test::processes_named(st.child.filename().string()) < 5; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(test::processes_named(st.child.filename().string()) == 5);
   s->signal(SIGKILL);
   CHECK(s->wait_exit() == 128 + SIGKILL);
   CHECK(test::wait_none_named(st.child.filename().string()) == 0);  // PR_SET_PDEATHSIG, PID namespaces

@@ -254,7 +254,7 @@ TEST_CASE("every capability is dropped, no_new_privs is set and the child leads 
 TEST_CASE("network \"loopback\" gives a private network namespace with lo up") {
   TempDir ws;
   auto policy = explore_policy();
-  policy.network = "loopback";
+  policy.network = sandbox::Network::loopback;
   auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
   CHECK(sandbox::layers(*plan)[12].detail == "no interfaces but loopback (up)");
   CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"socket_inet"})).status) == 0);

@@ -33,7 +33,7 @@ TEST_CASE("explore.json parses") {
   // /dev/null read-write grants nothing; it is the only write entry of a read-only preset.
   CHECK(policy.write_paths == std::vector<std::string>{"/dev/null"});
   CHECK(policy.exec_paths.at(1) == "${interpreter}");
-  CHECK(policy.network == "none");
+  CHECK(to_string(policy.network) == "none");
   CHECK(policy.rlimits.open_files == 256);
   CHECK(policy.rlimits.processes == 32);
   CHECK(policy.namespaces.size() == 6);

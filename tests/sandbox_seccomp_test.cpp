@@ -300,7 +300,7 @@ TEST_CASE("syscall_table lists every decision of the filter, with its origin") {
         "errno EAFNOSUPPORT / network");
   // network "host" is itself a grant of sockets: the group comes with it, unfiltered.
   auto host = explore_policy();
-  host.network = "host";
+  host.network = sandbox::Network::host;
   host.namespaces = {"user", "pid"};
   CHECK(find(sandbox::syscall_table(host), "socket", "") == "allow / network");
 }

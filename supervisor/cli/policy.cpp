@@ -162,7 +162,7 @@ void print_syscall_groups(const sandbox::Policy& s) {
   std::printf("  EPERM  %s\n", fold(refused, 9).c_str());
   if (!s.extra_denied_syscalls.empty()) std::printf("  EPERM  %s (policy deny)\n", fold(s.extra_denied_syscalls, 9).c_str());
   std::printf("  ENOSYS everything else (and clone3); another ABI (ia32, x32): SIGSYS%s\n",
-              s.network == "none" ? "; socket(2) EAFNOSUPPORT for every family" : "");
+              s.network == sandbox::Network::none ? "; socket(2) EAFNOSUPPORT for every family" : "");
 }
 
 // Research's brokered web access: the child has no network; the supervisor fetches for it.
@@ -303,8 +303,8 @@ void explain_summary(const Preset& p, const std::string& workspace) {
     }
   line("executes", x);
 
-  line("network", s.network == "none"       ? "none (own empty network namespace; no socket but AF_UNIX pairs)"
-                  : s.network == "loopback" ? "loopback only (own network namespace with lo)"
+  line("network", s.network == sandbox::Network::none       ? "none (own empty network namespace; no socket but AF_UNIX pairs)"
+                  : s.network == sandbox::Network::loopback ? "loopback only (own network namespace with lo)"
                                             : "HOST: the host's network stack, unfiltered");
 
   const bool fetch = widest_decision(p, "web_fetch") != Decision::deny,
@@ -441,10 +441,10 @@ void explain_text(const Preset& p, const std::string& workspace, bool all_syscal
                     "  (read_only_host in THIS KERNEL and in the launch report says which)");
 
   std::printf("NETWORK\n");
-  if (s.network == "none")
+  if (s.network == sandbox::Network::none)
     std::printf("  none: new network namespace with no interfaces; seccomp refuses socket(2) for every family and\n"
                 "  socketpair(2) except AF_UNIX stream/seqpacket; Landlock denies TCP bind/connect on every port (ABI 4+).\n\n");
-  else if (s.network == "loopback")
+  else if (s.network == sandbox::Network::loopback)
     std::printf("  loopback: new network namespace with only lo (up); sockets allowed. Path-bound Unix sockets on the\n"
                 "  host filesystem stay reachable (Landlock ABI <= 7 does not mediate them).\n\n");
   else

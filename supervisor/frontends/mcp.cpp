@@ -184,7 +184,7 @@ std::string preset_line(const Preset& p) {
                                                           : "works on an isolated copy and returns a patch (agent_apply)";
   const auto offered = offered_tools(p);
   const bool web = std::any_of(offered.begin(), offered.end(), [](const std::string& t) { return t.rfind("web_", 0) == 0; });
-  std::string net = p.sandbox.network != "none" ? "network: " + p.sandbox.network
+  std::string net = p.sandbox.network != sandbox::Network::none ? "network: " + std::string(to_string(p.sandbox.network))
                     : web ? "no network of its own; the web only through the supervisor's checked web tools"
                           : "no network";
   return "- " + p.name + ": " + p.description + " Tools: " + (tools.empty() ? "none" : tools) + ". It " + mode +

@@ -80,7 +80,7 @@ sandbox::Policy git_policy(const GitStep& s) {
   // git-core holds git's helpers (git re-executes itself from there) and /usr/lib the dynamic
   // loader; no shell, no interpreter, nothing a child could have written.
   p.exec_paths = {kGit, "/usr/lib"};
-  p.network = "none";
+  p.network = sandbox::Network::none;
   // git forks its helpers and writes the index, objects and work tree; it needs no sockets or IPC.
   p.syscall_groups = {"base", "process", "filesystem_write"};
   p.rlimits.cpu_seconds = 600;

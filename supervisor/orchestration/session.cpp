@@ -80,6 +80,7 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       provider_(std::move(provider)),
       pidfd_(io),
       rewait_(io),
+      exec_status_(io),
       to_child_(io),
       from_child_(io),
       child_err_(io),
@@ -201,7 +202,7 @@ void ChildSession::start(DoneHandler on_done) {
   jobs_.run(
       io_, [preset = cfg_.preset, req = std::move(req)] { return sandbox::prepare(preset->sandbox, req); },
       [self = shared_from_this(), pipes](Outcome<sandbox::PlanPtr> plan) {
-        self->launch_prepared(std::move(plan), *pipes);
+        self->launch_prepared(std::move(plan), pipes);
       });
 }
 
@@ -213,37 +214,70 @@ void ChildSession::start_failed(const std::string& why) {
   asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
 }
 
-void ChildSession::launch_prepared(Outcome<sandbox::PlanPtr> plan, StartPipes& pipes) {
-  if (status_ == proto::Status::cancelled) {  // cancel() while the plan was prepared: nothing ran
-    exited_ = true;
-    stdout_eof_ = true;
-    maybe_finish();
-    return;
-  }
+void ChildSession::launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes) {
+  // A cancel() that came while the plan was prepared does not stop the launch: the child is started
+  // and its tree killed like any other cancelled child's, so the envelope reports the same exit.
   if (!plan) {
     start_failed(plan.error);
     return;
   }
   try {
-    for (const auto& l : sandbox::layers(**plan.value))
-      (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
-    sandbox::Child child = sandbox::launch(**plan.value);
-    launched_ = child;
-    pid_ = child.pid;
-    pidfd_.assign(child.pidfd);
-    to_child_.assign(pipes.in.release_write());
-    from_child_.assign(pipes.out.release_read());
-    child_err_.assign(pipes.err.release_read());
+    plan_ = std::move(*plan.value);
+    for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
+    pending_.emplace(sandbox::start(*plan_));
+    const int status_fd = ::fcntl(pending_->status_fd(), F_DUPFD_CLOEXEC, 0);
+    if (status_fd < 0) throw std::system_error(errno, std::generic_category(), "dup of the launch's status pipe");
+    exec_status_.assign(status_fd);
   } catch (const std::exception& e) {
+    pending_.reset();  // kills and reaps a child that was cloned
+    plan_.reset();
     start_failed(e.what());
     return;
   }
+  await_exec(std::move(pipes));
+}
+
+void ChildSession::await_exec(std::shared_ptr<StartPipes> pipes) {
+  exec_status_.async_wait(asio::posix::descriptor_base::wait_read,
+                          [self = shared_from_this(), pipes](boost::system::error_code ec) {
+                            if (ec == asio::error::operation_aborted && self->done_) return;
+                            self->on_exec_status(pipes);
+                          });
+}
+
+void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
+  auto over = [this] {
+    boost::system::error_code ignored;
+    exec_status_.close(ignored);
+    pending_.reset();
+    plan_.reset();
+  };
+  std::optional<sandbox::Child> child;
+  try {
+    child = pending_->finish();
+  } catch (const std::exception& e) {
+    over();
+    start_failed(e.what());
+    return;
+  }
+  if (!child) return await_exec(std::move(pipes));  // a second turn (a user namespace's id maps)
+  over();
+  launched_ = *child;
+  pid_ = child->pid;
+  pidfd_.assign(child->pidfd);
+  to_child_.assign(pipes->in.release_write());
+  from_child_.assign(pipes->out.release_read());
+  child_err_.assign(pipes->err.release_read());
   emit(make_event(EventKind::started, {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));
   state_ = State::handshake;
 
   wait_exit();
   do_read();
   do_read_stderr();
+  if (status_ == proto::Status::cancelled) {  // cancel() came while it was launched: end it as cancel() does
+    kill_tree("cancelled");
+    return;
+  }
 
   handshake_.expires_after(cfg_.handshake_timeout);
   handshake_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -373,6 +407,7 @@ void ChildSession::finish() {
   handshake_.cancel();
   stdout_closed_timer_.cancel();
   after_final_timer_.cancel();
+  exec_status_.close(ignored);
   for (auto& [id, pending] : approvals_) pending->timer.cancel();  // a late answer finds the session done
   drain_timer_.cancel();
   to_child_.close(ignored);

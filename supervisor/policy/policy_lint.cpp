@@ -109,16 +109,6 @@ void lint_syscall_groups(const Preset& p, bool writes, Error& error, Warning& wa
             "directories outside every root (Landlock does not mediate watches)");
 }
 
-
-int rank(const std::string& v, std::initializer_list<const char*> order) {
-  int i = 0;
-  for (const char* o : order) {
-    if (v == o) return i;
-    ++i;
-  }
-  return i;
-}
-
 Decision widest(const Preset& p, const std::string& tool) { return widest_decision(p, tool); }
 
 int strength(Decision d) { return d == Decision::allow ? 2 : d == Decision::ask ? 1 : 0; }
@@ -226,8 +216,10 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   for (const auto& pr : t.protected_paths)
     if (std::find(s.protected_paths.begin(), s.protected_paths.end(), pr) == s.protected_paths.end())
       wider("/sandbox/filesystem/protected", "sandbox.filesystem.protected no longer keeps '" + pr + "' read-only");
-  if (rank(s.network, {"none", "loopback", "host"}) > rank(t.network, {"none", "loopback", "host"}))
-    wider("/sandbox/network", "sandbox.network is \"" + s.network + "\"" + theirs + "\"" + t.network + "\")");
+  // The enum is ordered from narrowest to widest.
+  if (s.network > t.network)
+    wider("/sandbox/network", "sandbox.network is \"" + std::string(to_string(s.network)) + "\"" + theirs + "\"" +
+                                  std::string(to_string(t.network)) + "\")");
   auto added = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship, const std::string& pointer,
                    const std::string& what) {
     for (std::size_t i = 0; i < mine.size(); ++i)
@@ -445,7 +437,7 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
               "(a child could rewrite hooks or config that the user's git later runs); add \".git\"",
               index_pointer("/sandbox/filesystem/write", i));
   }
-  if (p.sandbox.network == "host")
+  if (p.sandbox.network == sandbox::Network::host)
     warning("sandbox.network is \"host\": the child shares the host's network stack, unfiltered (it can reach every "
             "address the host can, the supervisor's model and web brokers bypassed)",
             "/sandbox/network");
@@ -456,7 +448,7 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   {
     std::vector<std::string> missing;
     for (const char* ns : {"user", "pid", "net", "ipc", "uts", "mount"}) {
-      if (std::string(ns) == "net" && p.sandbox.network == "host") continue;  // "host" is that choice, warned above
+      if (std::string(ns) == "net" && p.sandbox.network == sandbox::Network::host) continue;  // "host" is that choice, warned above
       if (std::find(p.sandbox.namespaces.begin(), p.sandbox.namespaces.end(), ns) == p.sandbox.namespaces.end())
         missing.push_back(ns);
     }

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +47,17 @@ struct TreeLimits {
 // Where "${home}" puts the child's private home: an empty tmpfs of its own (policies/README.md).
 inline constexpr const char* kHomePath = "/home/subagent";
 
+// sandbox.network (policies/README.md): what the child's network is, from narrowest to widest.
+enum class Network {
+  none,      // its own empty network namespace; socket(2) refused for every family
+  loopback,  // its own network namespace with lo up
+  host,      // the host's network stack, unfiltered
+};
+// "none", "loopback", "host"
+std::string_view to_string(Network n) noexcept;
+// The mode a policy names, or nullopt.
+std::optional<Network> parse_network(std::string_view text) noexcept;
+
 struct Policy {
   std::string source;  // file name, for error messages
   // Path templates; ${workspace}, ${child} and ${home} are substituted at prepare() time.
@@ -52,7 +65,7 @@ struct Policy {
   std::vector<std::string> write_paths;
   std::vector<std::string> exec_paths;
   std::vector<std::string> protected_paths;  // relative to each write root, or absolute
-  std::string network = "none";              // "none" | "loopback"? | "host" (see policies/README.md)
+  Network network = Network::none;
   // seccomp allowlist: named groups (sandbox/syscall_groups.cpp), single syscalls on top, and
   // syscalls refused (EPERM) even when a group lists them.
   std::vector<std::string> syscall_groups;

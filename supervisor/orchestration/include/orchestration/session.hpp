@@ -145,7 +145,10 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void maybe_finish();
   void start_failed(const std::string& why);
   struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
-  void launch_prepared(Outcome<sandbox::PlanPtr> plan, StartPipes& pipes);
+  // On the loop: clones the child (sandbox::start) and waits, without blocking, for its exec.
+  void launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes);
+  void await_exec(std::shared_ptr<StartPipes> pipes);
+  void on_exec_status(std::shared_ptr<StartPipes> pipes);
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
@@ -170,6 +173,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   boost::asio::steady_timer rewait_;
   pid_t pid_ = -1;
   sandbox::Child launched_;
+  sandbox::PlanPtr plan_;                          // kept while the launch is pending
+  std::optional<sandbox::PendingLaunch> pending_;  // between sandbox::start and the exec
+  boost::asio::posix::stream_descriptor exec_status_;  // a dup of pending_'s status pipe
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
   std::array<char, 65536> read_buf_{};
   std::array<char, 8192> err_buf_{};
