@@ -6,6 +6,7 @@
 #include "orchestration/git_step.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <map>
@@ -197,6 +198,37 @@ TEST_CASE("run_git: explicit git dir, no discovery, and a sandbox that executes 
   CHECK_FALSE(fs::exists(outside.path() / "m"));
   REQUIRE(git(repo.path(), "-c 'alias.evil=!touch " + (outside.path() / "m").string() + "' evil").code == 0);
   CHECK(fs::exists(outside.path() / "m"));  // twin: plain git runs it
+}
+
+TEST_CASE("run_git: a step that hangs is killed at its timeout, an error naming the step; twin: it finishes") {
+  test::TempDir repo;
+  make_repo(repo);
+  // A FIFO nobody writes: git blocks opening it, as on a stuck filesystem.
+  REQUIRE(::mkfifo((repo.path() / "stuck").c_str(), 0600) == 0);
+  repo.write("plain", "plain\n");
+  supervisor::GitStep s;
+  s.what = "git hash-object (test)";
+  s.git_dir = repo.path() / ".git";
+  s.work_tree = repo.path();
+  s.timeout = std::chrono::milliseconds(1500);
+  s.args = {"hash-object", (repo.path() / "stuck").string()};
+  auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    supervisor::run_git(s);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(error == "git hash-object (test): git did not finish within 1500 ms; it was killed");
+  CHECK(took >= std::chrono::milliseconds(1500));
+  CHECK(took < std::chrono::seconds(20));
+  CHECK(supervisor::GitStep{}.timeout == std::chrono::seconds(120));
+  // Twin: the same step on a regular file finishes well inside the same timeout.
+  s.args = {"hash-object", (repo.path() / "plain").string()};
+  auto r = supervisor::must_git(s);
+  CHECK(r.out == git(repo.path(), "hash-object plain").out);
+  CHECK(r.out.size() == 41);
 }
 
 TEST_CASE("run --preset implementation returns a patch and leaves the checkout untouched; apply, stale apply") {

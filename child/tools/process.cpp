@@ -1,7 +1,6 @@
 #include "process.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,6 +11,8 @@
 #include <cstring>
 
 #include "common.hpp"
+#include "process/output.hpp"
+#include "process/runner.hpp"
 
 extern char** environ;
 
@@ -23,63 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 // CLOSE_RANGE_CLOEXEC (Linux 5.11); Debian 12's headers may lack it.
 constexpr unsigned kCloseRangeCloexec = 1u << 2;
-
-// Bytes the program wrote, kept as the first half and a rolling last half of the cap.
-class OutputKeeper {
- public:
-  explicit OutputKeeper(std::size_t cap) : head_cap_(cap - cap / 2), tail_cap_(cap / 2) {}
-
-  void add(const char* p, std::size_t n) {
-    total_ += n;
-    if (head_.size() < head_cap_) {
-      std::size_t k = std::min(n, head_cap_ - head_.size());
-      head_.append(p, k);
-      p += k;
-      n -= k;
-    }
-    if (n == 0 || tail_cap_ == 0) return;
-    tail_.append(p, n);
-    if (tail_.size() > 2 * tail_cap_ + 65536) tail_.erase(0, tail_.size() - tail_cap_);
-  }
-
-  std::size_t total() const { return total_; }
-
-  std::string finish(bool* cut) {
-    *cut = total_ > head_.size() + tail_.size() ||
-           (tail_.size() > tail_cap_);
-    if (tail_.size() > tail_cap_) tail_.erase(0, tail_.size() - tail_cap_);
-    if (!*cut) return head_ + tail_;
-    std::size_t h = utf8_floor(head_, head_.size());
-    std::size_t t = 0;
-    while (t < tail_.size() && (static_cast<unsigned char>(tail_[t]) & 0xC0) == 0x80) ++t;
-    std::size_t omitted = total_ - h - (tail_.size() - t);
-    std::string out = head_.substr(0, h);
-    if (!out.empty() && out.back() != '\n') out += '\n';
-    out += "[... " + std::to_string(omitted) + " bytes of output omitted ...]\n";
-    out.append(tail_, t, std::string::npos);
-    return out;
-  }
-
- private:
-  std::size_t head_cap_, tail_cap_;
-  std::string head_, tail_;
-  std::size_t total_ = 0;
-};
-
-void kill_group_and_reap(pid_t pgid) {
-  ::kill(-pgid, SIGKILL);
-  // Members of the group that were reparented to us (we may be a namespace's init) are reaped
-  // here; others belong to whoever reaps them. Never block: a stuck process must not hang the child.
-  for (int i = 0; i < 100; ++i) {
-    int st;
-    pid_t r = ::waitpid(-pgid, &st, WNOHANG);
-    if (r < 0) return;  // ECHILD: nothing of ours left in the group
-    if (r == 0) {
-      ::usleep(2000);
-      ::kill(-pgid, SIGKILL);
-    }
-  }
-}
 
 }  // namespace
 
@@ -196,70 +140,23 @@ ProcessResult run_process(const ProcessSpec& spec) {
   }
 
   ProcessResult res;
-  OutputKeeper keep(std::max<std::size_t>(spec.max_output, 2));
-  const auto deadline = start + spec.timeout;
-  bool pipe_open = true, exited = false;
-  Clock::time_point exited_at;
-  int wstatus = 0;
-  char buf[65536];
-  for (;;) {
-    if (!exited) {
-      pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
-      if (w == pid) {
-        exited = true;
-        exited_at = Clock::now();
-      }
-    }
-    auto now = Clock::now();
-    // After the program exits, background processes holding the pipe get a short grace.
-    if (exited && (!pipe_open || now >= exited_at + std::chrono::milliseconds(200))) break;
-    if (now >= deadline) {
-      res.timed_out = true;
-      break;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-    int wait_ms = static_cast<int>(std::min<long long>(left, exited ? 20 : 50));
-    if (pipe_open) {
-      pollfd p{out[0], POLLIN, 0};
-      int pr = ::poll(&p, 1, wait_ms);
-      if (pr < 0 && errno != EINTR) break;
-      if (pr > 0) {
-        ssize_t n = ::read(out[0], buf, sizeof buf);
-        if (n > 0) {
-          keep.add(buf, static_cast<std::size_t>(n));
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          pipe_open = false;
-          // The usual end: output closed because the program exited; reap it without a delay.
-          if (!exited) {
-            pid_t w;
-            do {
-              w = ::waitpid(pid, &wstatus, WNOHANG);
-            } while (w < 0 && errno == EINTR);
-            if (w == pid) {
-              exited = true;
-              exited_at = Clock::now();
-            }
-          }
-        }
-      }
-    } else {
-      ::poll(nullptr, 0, std::min(wait_ms, 5));
-    }
-  }
+  process::HeadTailKeeper keep(spec.max_output);
+  process::Pipe pipes[1] = {{out[0], [&keep](std::string_view chunk) {
+                               keep.add(chunk);
+                               return true;
+                             }}};
+  process::Limits limits;
+  limits.deadline = start + spec.timeout;
+  process::Outcome o = process::collect({pid, -1, true}, pipes, limits);
   ::close(out[0]);
-  if (!exited) {
-    ::kill(-pid, SIGKILL);
-    while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-    }
-  }
-  kill_group_and_reap(pid);
 
+  res.timed_out = o.timed_out;
   res.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   res.output_bytes = keep.total();
   res.output = keep.finish(&res.output_cut);
   if (!res.timed_out) {
-    if (WIFEXITED(wstatus)) res.exit_code = WEXITSTATUS(wstatus);
-    if (WIFSIGNALED(wstatus)) res.term_signal = WTERMSIG(wstatus);
+    res.exit_code = o.exit_code;
+    res.term_signal = o.term_signal;
   }
   return res;
 }

@@ -1,6 +1,7 @@
 // Runs one program with stdout and stderr merged into a pipe, in its own process group, with a
-// deadline and an output cap. Used by run_command and the git views. Single-threaded: the caller
-// blocks until the program (and anything left in its process group) is gone.
+// deadline and an output cap (collected by process::collect, process/). Used by run_command and the
+// git views. Single-threaded: the caller blocks until the program (and anything left in its process
+// group) is gone.
 #pragma once
 
 #include <chrono>

@@ -1,10 +1,6 @@
 #include "orchestration/git_step.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "process/output.hpp"
+#include "process/runner.hpp"
 #include "sandbox/launch.hpp"
 
 namespace supervisor {
@@ -38,6 +36,12 @@ struct Fd {
     fd = -1;
   }
 };
+
+// "120 s", or "1500 ms" when not whole seconds.
+std::string describe(std::chrono::milliseconds t) {
+  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + " s";
+  return std::to_string(t.count()) + " ms";
+}
 
 std::string read_first_line(const fs::path& f) {
   std::ifstream in(f);
@@ -140,46 +144,33 @@ GitResult launch_git(const GitStep& s, const std::vector<std::string>& argv) {
   Fd pidfd(child.pidfd);
 
   GitResult r;
-  pollfd fds[2] = {{out_r.fd, POLLIN, 0}, {err_r.fd, POLLIN, 0}};
-  int open_fds = 2;
-  static thread_local char buf[65536];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        fds[i].fd = -1;
-        --open_fds;
-        continue;
-      }
-      std::string_view chunk(buf, static_cast<std::size_t>(n));
-      if (i == 1) {
-        if (r.err.size() < kMaxErr) r.err.append(chunk.substr(0, kMaxErr - r.err.size()));
-      } else if (s.out_sink) {
-        if (!r.stopped && !s.out_sink(chunk)) {
-          r.stopped = true;
-          (void)::syscall(SYS_pidfd_send_signal, pidfd.fd, SIGKILL, nullptr, 0);
-        }
-      } else if (r.out.size() + chunk.size() > s.max_out) {
-        r.out.append(chunk.substr(0, s.max_out - r.out.size()));
-        if (!r.truncated) (void)::syscall(SYS_pidfd_send_signal, pidfd.fd, SIGKILL, nullptr, 0);
-        r.truncated = true;
-      } else {
-        r.out.append(chunk);
-      }
-    }
-  }
-  siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.fd), &info, WEXITED) != 0 &&
-         errno == EINTR) {
-  }
+  process::CappedBuffer out_buf(s.max_out), err_buf(kMaxErr);
+  process::Pipe pipes[2] = {
+      {out_r.fd,
+       [&](std::string_view chunk) {
+         if (s.out_sink) {
+           if (s.out_sink(chunk)) return true;
+           r.stopped = true;
+           return false;
+         }
+         if (out_buf.add(chunk)) return true;
+         r.truncated = true;
+         return false;
+       }},
+      {err_r.fd,
+       [&](std::string_view chunk) {
+         err_buf.add(chunk);
+         return true;
+       }}};
+  process::Limits limits;
+  limits.deadline = process::Clock::now() + s.timeout;
+  process::Outcome o = process::collect({child.pid, pidfd.fd, false}, pipes, limits);
   sandbox::release(child);
-  r.code = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
+  if (o.timed_out)
+    throw std::runtime_error(s.what + ": git did not finish within " + describe(s.timeout) + "; it was killed");
+  r.out = out_buf.take();
+  r.err = err_buf.take();
+  r.code = o.term_signal != 0 ? 128 + o.term_signal : o.exit_code;
   return r;
 }
 
@@ -208,9 +199,9 @@ const std::vector<std::string> kFixed = {
     // configuration is "protected", so git honours it there).
     "safe.directory=*"};
 
-}  // namespace
-
-std::vector<std::string> git_neutralising_options(const fs::path& git_dir, const fs::path& work_tree) {
+// git_neutralising_options, its listing step bounded by `timeout`.
+std::vector<std::string> neutralising_options(const fs::path& git_dir, const fs::path& work_tree,
+                                              std::chrono::milliseconds timeout) {
   std::vector<std::string> opts = {"--no-pager"};  // also beats pager.<command>
   for (const auto& o : kFixed) {
     opts.push_back("-c");
@@ -224,6 +215,7 @@ std::vector<std::string> git_neutralising_options(const fs::path& git_dir, const
   list.what = "git config (listing the repository's drivers)";
   list.git_dir = git_dir;
   list.work_tree = work_tree;
+  list.timeout = timeout;
   std::vector<std::string> argv = {kGit};
   argv.insert(argv.end(), opts.begin(), opts.end());
   for (const char* a : {"config", "--name-only", "--get-regexp", "^(filter|diff|merge)\\..*\\."}) argv.push_back(a);
@@ -257,10 +249,16 @@ std::vector<std::string> git_neutralising_options(const fs::path& git_dir, const
   return opts;
 }
 
+}  // namespace
+
+std::vector<std::string> git_neutralising_options(const fs::path& git_dir, const fs::path& work_tree) {
+  return neutralising_options(git_dir, work_tree, GitStep{}.timeout);
+}
+
 GitResult run_git(const GitStep& step) {
   if (step.git_dir.empty()) throw std::runtime_error(step.what + ": no git directory given");
   std::vector<std::string> argv = {kGit};
-  for (auto& o : git_neutralising_options(step.git_dir, step.work_tree)) argv.push_back(std::move(o));
+  for (auto& o : neutralising_options(step.git_dir, step.work_tree, step.timeout)) argv.push_back(std::move(o));
   argv.insert(argv.end(), step.args.begin(), step.args.end());
   return launch_git(step, argv);
 }

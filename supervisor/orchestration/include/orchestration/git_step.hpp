@@ -15,6 +15,7 @@
 // Errors: exceptions (std::runtime_error naming the step and git's message).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -37,6 +38,9 @@ struct GitStep {
   // this sink chunk by chunk (return false to stop: the step is killed and `stopped` is set).
   std::function<bool(std::string_view)> out_sink;
   std::size_t max_out = 4u << 20;
+  // How long the step may run (a hostile repository, a huge diff, a stuck filesystem): past it git is
+  // killed and run_git throws std::runtime_error("<what>: git did not finish within <timeout>; ...").
+  std::chrono::milliseconds timeout{120000};
 };
 
 struct GitResult {
@@ -53,8 +57,9 @@ struct GitResult {
 std::vector<std::string> git_neutralising_options(const std::filesystem::path& git_dir,
                                                   const std::filesystem::path& work_tree);
 
-// Runs one step (with git_neutralising_options). Throws std::runtime_error when the sandbox cannot
-// be prepared or launched (naming the missing layer), never runs git unsandboxed.
+// Runs one step (with git_neutralising_options; its output collected by process::collect). Throws
+// std::runtime_error when the sandbox cannot be prepared or launched (naming the missing layer) or
+// the step outlives its timeout; never runs git unsandboxed.
 GitResult run_git(const GitStep& step);
 
 // run_git, then throws std::runtime_error("<what>: <git's message>") when git failed.
