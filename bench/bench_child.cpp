@@ -50,10 +50,8 @@ std::int64_t now_ns() {
 void write_all(std::string_view s) {
   while (!s.empty()) {
     ssize_t n = ::write(STDOUT_FILENO, s.data(), s.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      std::_Exit(3);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) std::_Exit(3);
     s.remove_prefix(static_cast<std::size_t>(n));
   }
 }
@@ -61,7 +59,7 @@ void write_all(std::string_view s) {
 // Reads stdin up to and including the next '\n'; bytes after it stay buffered
 // for the next call.
 class Lines {
-public:
+ public:
   std::string_view next() {
     if (consumed_) {
       buf_.erase(0, consumed_);
@@ -75,31 +73,27 @@ public:
       }
       char chunk[65536];
       ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        std::_Exit(3); // the supervisor went away
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) std::_Exit(3);  // the supervisor went away
       buf_.append(chunk, static_cast<std::size_t>(n));
     }
   }
 
-private:
+ private:
   std::string buf_;
   std::size_t consumed_ = 0;
 };
 
 void handshake(Lines &in) {
-  write_all(
-      proto::encode_line(proto::Hello{{proto::kVersion}, "bench-child/1"}));
+  write_all(proto::encode_line(proto::Hello{{proto::kVersion}, "bench-child/1"}));
   std::string_view welcome = in.next();
-  if (welcome.find("\"welcome\"") == std::string_view::npos)
-    std::_Exit(3);
+  if (welcome.find("\"welcome\"") == std::string_view::npos) std::_Exit(3);
 }
 
 std::string request_id(long i) {
   char id[24];
   std::snprintf(id, sizeof id, "t%07ld",
-                i); // fixed width: every decision has the same size
+                i);  // fixed width: every decision has the same size
   return id;
 }
 
@@ -107,8 +101,7 @@ int pingpong_after_handshake(Lines &in, long n);
 
 int pingpong(long n, bool raw) {
   Lines in;
-  if (!raw)
-    handshake(in);
+  if (!raw) handshake(in);
   return pingpong_after_handshake(in, n);
 }
 
@@ -118,8 +111,7 @@ int pingpong_after_handshake(Lines &in, long n) {
   dones.reserve(static_cast<std::size_t>(n));
   for (long i = 0; i < n; ++i) {
     std::string id = request_id(i);
-    requests.push_back(proto::encode_line(proto::ToolRequest{
-        id, "grep", {{"pattern", "TODO"}, {"path", "src"}}}));
+    requests.push_back(proto::encode_line(proto::ToolRequest{id, "grep", {{"pattern", "TODO"}, {"path", "src"}}}));
     dones.push_back(proto::encode_line(proto::ToolDone{id, true, 120, ""}));
   }
   std::vector<std::int64_t> rtt(static_cast<std::size_t>(n));
@@ -130,17 +122,15 @@ int pingpong_after_handshake(Lines &in, long n) {
     rtt[static_cast<std::size_t>(i)] = now_ns() - t0;
     if (reply.find("\"allow\":true") == std::string_view::npos &&
         reply.find("\"decision\":\"allow\"") == std::string_view::npos) {
-      std::fprintf(stderr, "bench_child: request %ld not allowed: %.*s\n", i,
-                   static_cast<int>(reply.size()), reply.data());
+      std::fprintf(stderr, "bench_child: request %ld not allowed: %.*s\n", i, static_cast<int>(reply.size()),
+                   reply.data());
       return 3;
     }
     write_all(dones[static_cast<std::size_t>(i)]);
   }
   std::string samples;
-  for (std::int64_t v : rtt)
-    samples += std::to_string(v) + " ";
-  write_all(proto::encode_line(
-      proto::Final{"pingpong done", samples, proto::json::object()}));
+  for (std::int64_t v : rtt) samples += std::to_string(v) + " ";
+  write_all(proto::encode_line(proto::Final{"pingpong done", samples, proto::json::object()}));
   return 0;
 }
 
@@ -153,21 +143,19 @@ bool allowed(std::string_view reply) {
 // its duration, both in nanoseconds.
 int paced(Lines &in, double seconds, long gap_us) {
   std::string samples;
-  const std::int64_t end =
-      now_ns() + static_cast<std::int64_t>(seconds * 1e9);
+  const std::int64_t end = now_ns() + static_cast<std::int64_t>(seconds * 1e9);
   for (long i = 0; now_ns() < end; ++i) {
     const std::string id = request_id(i);
-    const std::string request = proto::encode_line(proto::ToolRequest{
-        id, "grep", {{"pattern", "TODO"}, {"path", "src"}}});
-    const std::string done =
-        proto::encode_line(proto::ToolDone{id, true, 120, ""});
+    const std::string request =
+        proto::encode_line(proto::ToolRequest{id, "grep", {{"pattern", "TODO"}, {"path", "src"}}});
+    const std::string done = proto::encode_line(proto::ToolDone{id, true, 120, ""});
     const std::int64_t t0 = now_ns();
     write_all(request);
     std::string_view reply = in.next();
     const std::int64_t rtt = now_ns() - t0;
     if (!allowed(reply)) {
-      std::fprintf(stderr, "bench_child: request %ld not allowed: %.*s\n", i,
-                   static_cast<int>(reply.size()), reply.data());
+      std::fprintf(stderr, "bench_child: request %ld not allowed: %.*s\n", i, static_cast<int>(reply.size()),
+                   reply.data());
       return 3;
     }
     write_all(done);
@@ -176,63 +164,49 @@ int paced(Lines &in, double seconds, long gap_us) {
     while (::nanosleep(&gap, &gap) != 0 && errno == EINTR) {
     }
   }
-  write_all(proto::encode_line(
-      proto::Final{"paced done", samples, proto::json::object()}));
+  write_all(proto::encode_line(proto::Final{"paced done", samples, proto::json::object()}));
   return 0;
 }
 
 // Reads the task's brief from the welcome and runs it.
 int by_brief() {
   Lines in;
-  write_all(
-      proto::encode_line(proto::Hello{{proto::kVersion}, "bench-child/1"}));
+  write_all(proto::encode_line(proto::Hello{{proto::kVersion}, "bench-child/1"}));
   std::string_view line = in.next();
   auto decoded = proto::decode_supervisor_message(line);
-  const auto *welcome =
-      decoded ? std::get_if<proto::Welcome>(&*decoded.message) : nullptr;
-  if (!welcome)
-    std::_Exit(3);
+  const auto *welcome = decoded ? std::get_if<proto::Welcome>(&*decoded.message) : nullptr;
+  if (!welcome) std::_Exit(3);
   const std::string brief = welcome->task.brief;
   double seconds = 0;
   long a = 0;
-  if (std::sscanf(brief.c_str(), "pingpong %ld", &a) == 1)
-    return pingpong_after_handshake(in, a);
-  if (std::sscanf(brief.c_str(), "paced %lf %ld", &seconds, &a) == 2)
-    return paced(in, seconds, a);
+  if (std::sscanf(brief.c_str(), "pingpong %ld", &a) == 1) return pingpong_after_handshake(in, a);
+  if (std::sscanf(brief.c_str(), "paced %lf %ld", &seconds, &a) == 2) return paced(in, seconds, a);
   std::fprintf(stderr, "bench_child: unknown brief '%s'\n", brief.c_str());
   return 64;
 }
 
 [[noreturn]] void stubborn(bool raw) {
   Lines in;
-  if (!raw)
-    handshake(in);
+  if (!raw) handshake(in);
   pid_t pid = ::fork();
-  if (pid < 0)
-    std::_Exit(5);
-  if (raw && pid > 0)
-    write_all("r\n");
+  if (pid < 0) std::_Exit(5);
+  if (raw && pid > 0) write_all("r\n");
   for (;;)
-    ::pause(); // the grandchild too: it holds stdout, so EOF there means it is
-               // dead
+    ::pause();  // the grandchild too: it holds stdout, so EOF there means it is
+                // dead
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
   ::signal(SIGPIPE, SIG_DFL);
   const std::string mode = argc > 1 ? argv[1] : "";
   bool raw = false;
   for (int i = 2; i < argc; ++i)
-    if (std::strcmp(argv[i], "--raw") == 0)
-      raw = true;
-  if (mode == "pingpong" && argc > 2)
-    return pingpong(std::atol(argv[2]), raw);
-  if (mode == "stubborn")
-    stubborn(raw);
-  if (mode == "brief")
-    return by_brief();
-  std::fprintf(stderr,
-               "usage: bench_child pingpong N [--raw] | stubborn [--raw] | brief\n");
+    if (std::strcmp(argv[i], "--raw") == 0) raw = true;
+  if (mode == "pingpong" && argc > 2) return pingpong(std::atol(argv[2]), raw);
+  if (mode == "stubborn") stubborn(raw);
+  if (mode == "brief") return by_brief();
+  std::fprintf(stderr, "usage: bench_child pingpong N [--raw] | stubborn [--raw] | brief\n");
   return 64;
 }

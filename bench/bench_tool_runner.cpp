@@ -30,37 +30,29 @@ std::int64_t now_ns() {
 // files; ...]").
 std::string last_line(const std::string &s) {
   std::size_t end = s.find_last_not_of('\n');
-  if (end == std::string::npos)
-    return {};
+  if (end == std::string::npos) return {};
   std::size_t begin = s.rfind('\n', end);
-  return s.substr(begin == std::string::npos ? 0 : begin + 1,
-                  end + 1 - (begin == std::string::npos ? 0 : begin + 1));
+  return s.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin == std::string::npos ? 0 : begin + 1));
 }
 
-} // namespace
+}  // namespace
 
 int main() {
   child::ToolContext ctx;
   ctx.workspace = std::filesystem::current_path();
-  ctx.result_cap = 16000; // what the presets give (tool_result_bytes)
+  ctx.result_cap = 16000;  // what the presets give (tool_result_bytes)
   std::string line;
   while (std::getline(std::cin, line)) {
     std::size_t space = line.find(' ');
-    if (space == std::string::npos)
-      continue;
+    if (space == std::string::npos) continue;
     const std::string tool = line.substr(0, space);
-    nlohmann::json args =
-        nlohmann::json::parse(line.substr(space + 1), nullptr, false);
+    nlohmann::json args = nlohmann::json::parse(line.substr(space + 1), nullptr, false);
     const std::int64_t t0 = now_ns();
     child::ToolOutput out = child::run_tool(tool, args, ctx);
     const std::int64_t ns = now_ns() - t0;
-    nlohmann::json reply = {{"ns", ns},
-                            {"ok", out.ok},
-                            {"bytes", out.content.size()},
-                            {"tail", last_line(out.content)}};
-    std::cout << reply.dump(-1, ' ', false,
-                            nlohmann::json::error_handler_t::replace)
-              << std::endl;
+    nlohmann::json reply = {
+        {"ns", ns}, {"ok", out.ok}, {"bytes", out.content.size()}, {"tail", last_line(out.content)}};
+    std::cout << reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   }
   return 0;
 }

@@ -36,17 +36,14 @@ inline double us_between(Clock::time_point a, Clock::time_point b) {
 inline double thread_cpu_us() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e6 +
-         static_cast<double>(ts.tv_nsec) / 1e3;
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 // CPU time of every waited-for descendant so far (user + system), microseconds.
 inline double children_cpu_us() {
   struct rusage ru {};
   ::getrusage(RUSAGE_CHILDREN, &ru);
-  auto t = [](const timeval &v) {
-    return static_cast<double>(v.tv_sec) * 1e6 + static_cast<double>(v.tv_usec);
-  };
+  auto t = [](const timeval &v) { return static_cast<double>(v.tv_sec) * 1e6 + static_cast<double>(v.tv_usec); };
   return t(ru.ru_utime) + t(ru.ru_stime);
 }
 
@@ -58,12 +55,10 @@ struct Stats {
 // Nearest-rank percentiles.
 inline Stats stats(std::vector<double> v) {
   Stats s;
-  if (v.empty())
-    return s;
+  if (v.empty()) return s;
   std::sort(v.begin(), v.end());
   auto at = [&](double q) {
-    std::size_t rank =
-        static_cast<std::size_t>(q * static_cast<double>(v.size()) + 0.999999);
+    std::size_t rank = static_cast<std::size_t>(q * static_cast<double>(v.size()) + 0.999999);
     return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
   };
   s.n = v.size();
@@ -71,15 +66,13 @@ inline Stats stats(std::vector<double> v) {
   s.p99 = at(0.99);
   s.min = v.front();
   s.max = v.back();
-  for (double x : v)
-    s.mean += x;
+  for (double x : v) s.mean += x;
   s.mean /= static_cast<double>(v.size());
   return s;
 }
 
 inline json to_json(const Stats &s) {
-  return {{"n", s.n},       {"p50", s.p50}, {"p99", s.p99},
-          {"mean", s.mean}, {"min", s.min}, {"max", s.max}};
+  return {{"n", s.n}, {"p50", s.p50}, {"p99", s.p99}, {"mean", s.mean}, {"min", s.min}, {"max", s.max}};
 }
 
 [[noreturn]] inline void fail_errno(const std::string &what) {
@@ -90,8 +83,7 @@ struct Pipe {
   int read = -1, write = -1;
   Pipe() {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0)
-      fail_errno("pipe2");
+    if (::pipe2(fds, O_CLOEXEC) != 0) fail_errno("pipe2");
     read = fds[0];
     write = fds[1];
   }
@@ -102,13 +94,11 @@ struct Pipe {
   Pipe(const Pipe &) = delete;
   Pipe &operator=(const Pipe &) = delete;
   void close_read() {
-    if (read >= 0)
-      ::close(read);
+    if (read >= 0) ::close(read);
     read = -1;
   }
   void close_write() {
-    if (write >= 0)
-      ::close(write);
+    if (write >= 0) ::close(write);
     write = -1;
   }
 };
@@ -116,17 +106,15 @@ struct Pipe {
 inline void write_all(int fd, std::string_view s) {
   while (!s.empty()) {
     ssize_t n = ::write(fd, s.data(), s.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      fail_errno("write");
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_errno("write");
     s.remove_prefix(static_cast<std::size_t>(n));
   }
 }
 
 // Buffered line reader on a blocking fd.
 class FdLines {
-public:
+ public:
   explicit FdLines(int fd) : fd_(fd) {}
   // The next line without its '\n', or nullopt at EOF.
   std::optional<std::string> next() {
@@ -143,10 +131,8 @@ public:
       }
       char chunk[65536];
       ssize_t n = ::read(fd_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        return std::nullopt;
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::nullopt;
       buf_.append(chunk, static_cast<std::size_t>(n));
     }
   }
@@ -155,14 +141,12 @@ public:
     char chunk[65536];
     for (;;) {
       ssize_t n = ::read(fd_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        return;
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
     }
   }
 
-private:
+ private:
   int fd_;
   std::string buf_;
   std::size_t pos_ = 0;
@@ -170,45 +154,35 @@ private:
 
 // Waits for `pid` (which must be > 0) and returns its wait status.
 inline int reap(pid_t pid) {
-  if (pid <= 0)
-    throw std::logic_error("reap: bad pid");
+  if (pid <= 0) throw std::logic_error("reap: bad pid");
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR)
-      fail_errno("waitpid");
+    if (errno != EINTR) fail_errno("waitpid");
   }
   return status;
 }
 
 // Sends SIGKILL to one positive pid; never to 0 or -1.
 inline void kill_one(pid_t pid) {
-  if (pid > 0)
-    ::kill(pid, SIGKILL);
+  if (pid > 0) ::kill(pid, SIGKILL);
 }
 
 // fork + execve with the given stdio fds (-1: /dev/null). Returns the pid.
-inline pid_t spawn(const std::vector<std::string> &argv,
-                   const std::vector<std::string> &env, int in, int out,
-                   int err, const char *cwd = nullptr) {
+inline pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::string> &env, int in, int out, int err,
+                   const char *cwd = nullptr) {
   std::vector<char *> args, envp;
-  for (const auto &a : argv)
-    args.push_back(const_cast<char *>(a.c_str()));
+  for (const auto &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
-  for (const auto &e : env)
-    envp.push_back(const_cast<char *>(e.c_str()));
+  for (const auto &e : env) envp.push_back(const_cast<char *>(e.c_str()));
   envp.push_back(nullptr);
   pid_t pid = ::fork();
-  if (pid < 0)
-    fail_errno("fork");
+  if (pid < 0) fail_errno("fork");
   if (pid == 0) {
     int null = ::open("/dev/null", O_RDWR);
-    int fds[3] = {in < 0 ? null : in, out < 0 ? null : out,
-                  err < 0 ? null : err};
+    int fds[3] = {in < 0 ? null : in, out < 0 ? null : out, err < 0 ? null : err};
     for (int i = 0; i < 3; ++i)
-      if (::dup2(fds[i], i) < 0)
-        ::_exit(126);
-    if (cwd && ::chdir(cwd) != 0)
-      ::_exit(126);
+      if (::dup2(fds[i], i) < 0) ::_exit(126);
+    if (cwd && ::chdir(cwd) != 0) ::_exit(126);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
@@ -236,4 +210,4 @@ inline Memory memory_of(pid_t pid) {
   return m;
 }
 
-} // namespace bench
+}  // namespace bench

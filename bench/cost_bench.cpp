@@ -105,21 +105,37 @@ Row run(const std::string& supervisor, const std::string& base, const std::strin
   const std::string token = "bench" + std::to_string(++n);
   const bool cache = config != "no cache, no trim";
   const bool trim = config == "cache + trim";
-  json cfg = {{"providers",
-               {{"fake",
-                 {{"type", type},
-                  {"base_url", base + "/s/loop:" + std::to_string(steps) + ":4:0/" + token + (type == "openai" ? "/v1" : "")},
-                  {"model", "fake-model"},
-                  {"prompt_caching", cache}}}}}};
+  json cfg = {
+      {"providers",
+       {{"fake",
+         {{"type", type},
+          {"base_url", base + "/s/loop:" + std::to_string(steps) + ":4:0/" + token + (type == "openai" ? "/v1" : "")},
+          {"model", "fake-model"},
+          {"prompt_caching", cache}}}}}};
   if (type == "anthropic") cfg["providers"]["fake"]["thinking"] = false;
   const fs::path cfg_path = tmp / (token + ".json");
   std::ofstream(cfg_path) << cfg.dump();
   ::setenv("SUBAGENT_MODEL_CONFIG", cfg_path.c_str(), 1);
-  std::vector<std::string> argv = {supervisor, "run", "--preset", "explore", "--workspace", source, "--brief",
-                                   "Explore the supervisor's session, HTTP and protocol code and say how a model call flows.",
-                                   "--model", "fake", "--quiet", "--transcript-dir", (tmp / "transcripts").string(),
-                                   "--max-steps", std::to_string(steps + 5), "--policy-dir", (tmp / "policies").string()};
-  if (!trim) argv.insert(argv.end(), {"--child-arg", "--no-trim"});
+  std::vector<std::string> argv = {
+      supervisor,
+      "run",
+      "--preset",
+      "explore",
+      "--workspace",
+      source,
+      "--brief",
+      "Explore the supervisor's session, HTTP and protocol code and say how a model call flows.",
+      "--model",
+      "fake",
+      "--quiet",
+      "--transcript-dir",
+      (tmp / "transcripts").string(),
+      "--max-steps",
+      std::to_string(steps + 5),
+      "--policy-dir",
+      (tmp / "policies").string()};
+  if (!trim)
+    argv.insert(argv.end(), {"--child-arg", "--no-trim"});
   else
     for (const auto& a : g_trim_args) argv.insert(argv.end(), {"--child-arg", a});
   Proc p = spawn(argv, false);
@@ -146,7 +162,8 @@ Row run(const std::string& supervisor, const std::string& base, const std::strin
     r.cache_read += rd;
     r.cache_write += wr;
     r.bill += (static_cast<double>(in - rd - wr) * price.input + static_cast<double>(rd) * price.read +
-               static_cast<double>(wr) * price.write) / 1e6;
+               static_cast<double>(wr) * price.write) /
+              1e6;
   }
   return r;
 }
@@ -162,13 +179,19 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return std::string(argv[++i]);
     };
-    if (a == "--build") build = value();
-    else if (a == "--source") source = value();
-    else if (a == "--steps") steps = std::stoi(value());
-    else if (a == "--json") json_out = value();
-    else if (a == "--child-arg") g_trim_args.push_back(value());
+    if (a == "--build")
+      build = value();
+    else if (a == "--source")
+      source = value();
+    else if (a == "--steps")
+      steps = std::stoi(value());
+    else if (a == "--json")
+      json_out = value();
+    else if (a == "--child-arg")
+      g_trim_args.push_back(value());
     else {
-      std::fprintf(stderr, "usage: cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE] [--child-arg ARG]...\n");
+      std::fprintf(stderr,
+                   "usage: cost_bench [--build DIR] [--source DIR] [--steps N] [--json FILE] [--child-arg ARG]...\n");
       return 64;
     }
   }
@@ -177,7 +200,8 @@ int main(int argc, char** argv) {
   const std::string fake = build + "/tests/programs/fake_model_server";
   for (const auto& f : {supervisor, fake})
     if (!fs::exists(f)) {
-      std::fprintf(stderr, "cost_bench: %s is missing (build subagent-supervisor, subagent-child and fake_model_server)\n",
+      std::fprintf(stderr,
+                   "cost_bench: %s is missing (build subagent-supervisor, subagent-child and fake_model_server)\n",
                    f.c_str());
       return 1;
     }
@@ -212,16 +236,25 @@ int main(int argc, char** argv) {
       const double floor_bill = static_cast<double>(floor) * price.input / 1e6;
       for (const auto& r : mine) {
         const bool same = r.answer == mine[0].answer;
-        std::printf("%-9s %-18s requests %3llu  input %4llu..%6llu  sent %8llu  floor %6llu  %5.1fx tokens  "
-                    "read %8llu  write %7llu  bill $%.4f  floor $%.4f  %4.2fx cost  answer %s\n",
-                    r.provider.c_str(), r.config.c_str(), (unsigned long long)r.requests, (unsigned long long)r.first_input,
-                    (unsigned long long)r.last_input, (unsigned long long)r.input, (unsigned long long)floor,
-                    static_cast<double>(r.input) / static_cast<double>(floor), (unsigned long long)r.cache_read,
-                    (unsigned long long)r.cache_write, r.bill, floor_bill, r.bill / floor_bill, same ? "same" : "DIFFERENT");
-        results.push_back({{"provider", r.provider}, {"config", r.config}, {"requests", r.requests},
-                           {"first_input", r.first_input}, {"last_input", r.last_input}, {"input_sent", r.input},
-                           {"floor_tokens", floor}, {"cache_read", r.cache_read}, {"cache_write", r.cache_write},
-                           {"input_bill_usd", r.bill}, {"floor_bill_usd", floor_bill}, {"cost_ratio", r.bill / floor_bill},
+        std::printf(
+            "%-9s %-18s requests %3llu  input %4llu..%6llu  sent %8llu  floor %6llu  %5.1fx tokens  "
+            "read %8llu  write %7llu  bill $%.4f  floor $%.4f  %4.2fx cost  answer %s\n",
+            r.provider.c_str(), r.config.c_str(), (unsigned long long)r.requests, (unsigned long long)r.first_input,
+            (unsigned long long)r.last_input, (unsigned long long)r.input, (unsigned long long)floor,
+            static_cast<double>(r.input) / static_cast<double>(floor), (unsigned long long)r.cache_read,
+            (unsigned long long)r.cache_write, r.bill, floor_bill, r.bill / floor_bill, same ? "same" : "DIFFERENT");
+        results.push_back({{"provider", r.provider},
+                           {"config", r.config},
+                           {"requests", r.requests},
+                           {"first_input", r.first_input},
+                           {"last_input", r.last_input},
+                           {"input_sent", r.input},
+                           {"floor_tokens", floor},
+                           {"cache_read", r.cache_read},
+                           {"cache_write", r.cache_write},
+                           {"input_bill_usd", r.bill},
+                           {"floor_bill_usd", floor_bill},
+                           {"cost_ratio", r.bill / floor_bill},
                            {"answer_same", same}});
       }
     }

@@ -19,9 +19,8 @@ struct min_launch {
   const char *exe;
   char *const *argv;
   char *const *envp;
-  const char *workspace; /* chdir target */
-  const char *const
-      *read_paths; /* Landlock: read files and directories beneath */
+  const char *workspace;         /* chdir target */
+  const char *const *read_paths; /* Landlock: read files and directories beneath */
   int n_read;
   const char *const *exec_paths; /* Landlock: execute and read beneath */
   int n_exec;

@@ -44,9 +44,7 @@ struct Sample {
   double exec_us = 0, exit_us = 0;
 };
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 void reap(pid_t pid) {
   int status;
@@ -102,9 +100,7 @@ struct Stats {
 
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))];
-  };
+  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))]; };
   Stats s;
   s.p50 = at(0.50);
   s.p99 = at(0.99);
@@ -159,9 +155,7 @@ int main(int argc, char** argv) {
     else if (a == "--json")
       json_out = value();
     else {
-      std::fprintf(
-          stderr,
-          "usage: spawn_bench [--iterations N] [--warmup N] [--policy FILE] [--json FILE]\n");
+      std::fprintf(stderr, "usage: spawn_bench [--iterations N] [--warmup N] [--policy FILE] [--json FILE]\n");
       return 64;
     }
   }
@@ -183,15 +177,12 @@ int main(int argc, char** argv) {
   sandbox::PlanPtr plan = sandbox::prepare(policy, req);
   const double prepare_us = us_since(prepare_t0);
   std::vector<std::string> layers_applied, layers_missing;
-  for (const auto& l : sandbox::layers(*plan))
-    (l.applied ? layers_applied : layers_missing).push_back(l.name);
+  for (const auto& l : sandbox::layers(*plan)) (l.applied ? layers_applied : layers_missing).push_back(l.name);
 
   const std::string bwrap = fs::exists("/usr/bin/bwrap") ? "/usr/bin/bwrap" : "";
   const std::vector<std::string> bwrap_argv = {
-      bwrap,       "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",
-      "/usr",      "--symlink",     "usr/lib",           "/lib",      "--symlink",
-      "usr/lib64", "/lib64",        "--symlink",         "usr/bin",   "/bin",
-      kTrue};
+      bwrap,  "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",      "/usr",    "--symlink", "usr/lib",
+      "/lib", "--symlink",     "usr/lib64",         "/lib64",    "--symlink", "usr/bin", "/bin",      kTrue};
 
   using Variant = std::pair<std::string, std::function<Sample()>>;
   std::vector<Variant> variants = {
@@ -227,10 +218,9 @@ int main(int argc, char** argv) {
   out["layers_missing"] = layers_missing;
   out["bwrap_command"] = bwrap.empty() ? json(nullptr) : json(bwrap_argv);
 
-  std::printf("spawn latency of %s, %d interleaved iterations (after %d warm-up), microseconds\n",
-              kTrue, iterations, warmup);
-  std::printf("%-8s %10s %10s %10s %10s\n", "variant", "exec p50", "exec p99", "exit p50",
-              "exit p99");
+  std::printf("spawn latency of %s, %d interleaved iterations (after %d warm-up), microseconds\n", kTrue, iterations,
+              warmup);
+  std::printf("%-8s %10s %10s %10s %10s\n", "variant", "exec p50", "exec p99", "exit p50", "exit p99");
   std::map<std::string, Stats> exit_stats, exec_stats;
   for (const auto& [name, unused] : variants) {
     exec_stats[name] = stats(exec_us[name]);
@@ -238,9 +228,8 @@ int main(int argc, char** argv) {
     const Stats& e = exec_stats[name];
     const Stats& x = exit_stats[name];
     std::printf("%-8s %10.0f %10.0f %10.0f %10.0f\n", name.c_str(), e.p50, e.p99, x.p50, x.p99);
-    out["results"][name] = {
-        {"exec", {{"p50_us", e.p50}, {"p99_us", e.p99}, {"mean_us", e.mean}, {"min_us", e.min}}},
-        {"exit", {{"p50_us", x.p50}, {"p99_us", x.p99}, {"mean_us", x.mean}, {"min_us", x.min}}}};
+    out["results"][name] = {{"exec", {{"p50_us", e.p50}, {"p99_us", e.p99}, {"mean_us", e.mean}, {"min_us", e.min}}},
+                            {"exit", {{"p50_us", x.p50}, {"p99_us", x.p99}, {"mean_us", x.mean}, {"min_us", x.min}}}};
   }
   const double vs_bare = exit_stats["sandbox"].p50 / exit_stats["bare"].p50;
   const double vs_bare_exec = exec_stats["sandbox"].p50 / exec_stats["bare"].p50;
@@ -255,8 +244,7 @@ int main(int argc, char** argv) {
   if (!bwrap.empty()) {
     const double vs_bwrap = exit_stats["sandbox"].p50 / exit_stats["bwrap"].p50;
     out["ratios"]["sandbox_vs_bwrap_exit_p50"] = vs_bwrap;
-    std::printf("ratio of medians, sandbox / bwrap --unshare-all: %.2fx to exit (target <= 0.5x)\n",
-                vs_bwrap);
+    std::printf("ratio of medians, sandbox / bwrap --unshare-all: %.2fx to exit (target <= 0.5x)\n", vs_bwrap);
   } else {
     std::printf("bwrap is not installed: no bwrap comparison\n");
   }

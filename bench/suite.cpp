@@ -32,7 +32,7 @@
 #include "min_launcher.h"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
-#include "seccomp.hpp" // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
+#include "seccomp.hpp"  // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
 #include "models/model.hpp"
 #include "policy/preset.hpp"
 #include "orchestration/session.hpp"
@@ -53,8 +53,7 @@ struct Options {
   std::vector<std::string> only;
   bool quick = false;
   bool wants(const std::string &name) const {
-    return only.empty() ||
-           std::find(only.begin(), only.end(), name) != only.end();
+    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
   }
 };
 
@@ -62,16 +61,15 @@ struct Env {
   fs::path bin_dir;
   fs::path subagent_child, subagent_child_static, bench_child, tool_runner;
   std::shared_ptr<const supervisor::Preset> explore;
-  fs::path workspace; // a small read-only workspace
+  fs::path workspace;  // a small read-only workspace
   std::string bwrap, rg;
-  std::vector<std::string>
-      child_env; // what the sandbox gives the child, for the raw variants
+  std::vector<std::string> child_env;  // what the sandbox gives the child, for the raw variants
 };
 
 // One row of the final table.
 struct Row {
   std::string bench, measure, subject, baseline, ratio, target;
-  std::string met; // "yes", "no" or "-"
+  std::string met;  // "yes", "no" or "-"
 };
 std::vector<Row> g_rows;
 
@@ -80,14 +78,11 @@ std::string fmt(const char *f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string us(double v) {
-  return v >= 10000 ? fmt("%.1f ms", v / 1000) : fmt("%.0f us", v);
-}
+std::string us(double v) { return v >= 10000 ? fmt("%.1f ms", v / 1000) : fmt("%.0f us", v); }
 
 void add_row(Row r) {
-  std::printf("  %-26s %-44s %s vs %s = %s (target %s) %s\n", r.bench.c_str(),
-              r.measure.c_str(), r.subject.c_str(), r.baseline.c_str(),
-              r.ratio.c_str(), r.target.c_str(), r.met.c_str());
+  std::printf("  %-26s %-44s %s vs %s = %s (target %s) %s\n", r.bench.c_str(), r.measure.c_str(), r.subject.c_str(),
+              r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(), r.met.c_str());
   std::fflush(stdout);
   g_rows.push_back(std::move(r));
 }
@@ -103,23 +98,19 @@ void write_json(const Options &o, const std::string &name, const json &j) {
 // A model that is called and never answers (or counts calls): the child waits
 // for its first turn.
 class StubProvider : public supervisor::ModelProvider {
-public:
-  explicit StubProvider(std::function<void()> on_call)
-      : on_call_(std::move(on_call)) {}
+ public:
+  explicit StubProvider(std::function<void()> on_call) : on_call_(std::move(on_call)) {}
   std::string describe() const override { return "bench-stub"; }
-  void start(supervisor::ModelCall,
-             std::function<void(supervisor::ModelReply)>) override {
-    if (on_call_)
-      on_call_();
+  void start(supervisor::ModelCall, std::function<void(supervisor::ModelReply)>) override {
+    if (on_call_) on_call_();
   }
   void cancel() override {}
 
-private:
+ private:
   std::function<void()> on_call_;
 };
 
-SessionConfig session_config(const Env &env, const fs::path &exe,
-                             std::vector<std::string> args) {
+SessionConfig session_config(const Env &env, const fs::path &exe, std::vector<std::string> args) {
   SessionConfig c;
   c.id = supervisor::new_child_id();
   c.preset = env.explore;
@@ -131,18 +122,14 @@ SessionConfig session_config(const Env &env, const fs::path &exe,
   c.workspace = env.workspace;
   c.child_executable = exe;
   c.child_args = std::move(args);
-  c.on_log = [](const std::string &line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  };
+  c.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   return c;
 }
 
 void run_until(asio::io_context &io, const std::function<bool()> &done) {
   while (!done()) {
-    if (io.stopped())
-      io.restart();
-    if (io.run_one() == 0 && !done())
-      throw std::runtime_error("the event loop ran out of work");
+    if (io.stopped()) io.restart();
+    if (io.run_one() == 0 && !done()) throw std::runtime_error("the event loop ran out of work");
   }
 }
 
@@ -170,20 +157,16 @@ struct Phases {
   double launch = 0, hello = 0, ready = 0;
 };
 
-double spawn_raw(const std::function<pid_t(int, int, int)> &launch,
-                 const std::string &welcome,
-                 const std::function<void(int, int)> &setup = nullptr,
-                 Phases *phases = nullptr) {
+double spawn_raw(const std::function<pid_t(int, int, int)> &launch, const std::string &welcome,
+                 const std::function<void(int, int)> &setup = nullptr, Phases *phases = nullptr) {
   Pipe in, out;
-  if (setup)
-    setup(in.read, out.write);
+  if (setup) setup(in.read, out.write);
   const auto t0 = Clock::now();
   pid_t pid = launch(in.read, out.write, -1);
   const auto t_launched = Clock::now();
   in.close_read();
   out.close_write();
-  if (pid <= 0)
-    fail_errno("launch");
+  if (pid <= 0) fail_errno("launch");
   FdLines lines(out.read);
   auto hello = lines.next();
   if (!hello || hello->find("\"hello\"") == std::string::npos)
@@ -192,25 +175,19 @@ double spawn_raw(const std::function<pid_t(int, int, int)> &launch,
   write_all(in.write, welcome);
   for (;;) {
     auto l = lines.next();
-    if (!l)
-      throw std::runtime_error(
-          "spawn: the child ended before asking for a model turn");
-    if (l->find("\"model_request\"") != std::string::npos)
-      break;
+    if (!l) throw std::runtime_error("spawn: the child ended before asking for a model turn");
+    if (l->find("\"model_request\"") != std::string::npos) break;
   }
   const auto t1 = Clock::now();
   const double t = us_between(t0, t1);
-  if (phases)
-    *phases = {us_between(t0, t_launched), us_between(t_launched, t_hello),
-               us_between(t_hello, t1)};
-  in.close_write(); // EOF: the child stops (protocol failure, exit 3)
+  if (phases) *phases = {us_between(t0, t_launched), us_between(t_launched, t_hello), us_between(t_hello, t1)};
+  in.close_write();  // EOF: the child stops (protocol failure, exit 3)
   lines.drain();
   reap(pid);
   return t;
 }
 
-double spawn_session(asio::io_context &io, const Env &env, const fs::path &exe,
-                     Phases *phases = nullptr) {
+double spawn_session(asio::io_context &io, const Env &env, const fs::path &exe, Phases *phases = nullptr) {
   bool ready = false, done = false;
   Clock::time_point t1, t_started, t_hello;
   std::string reason;
@@ -222,8 +199,7 @@ double spawn_session(asio::io_context &io, const Env &env, const fs::path &exe,
       t_hello = Clock::now();
   };
   const auto t0 = Clock::now();
-  auto s = ChildSession::create(io, std::move(cfg),
-                                std::make_unique<StubProvider>([&] {
+  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>([&] {
                                   t1 = Clock::now();
                                   ready = true;
                                 }));
@@ -232,20 +208,17 @@ double spawn_session(asio::io_context &io, const Env &env, const fs::path &exe,
     reason = e.reason;
   });
   run_until(io, [&] { return ready || done; });
-  if (!ready)
-    throw std::runtime_error("spawn: the sandboxed child ended early: " +
-                             reason);
-  if (phases)
-    *phases = {us_between(t0, t_started), us_between(t_started, t_hello),
-               us_between(t_hello, t1)};
+  if (!ready) throw std::runtime_error("spawn: the sandboxed child ended early: " + reason);
+  if (phases) *phases = {us_between(t0, t_started), us_between(t_started, t_hello), us_between(t_hello, t1)};
   s->cancel("benchmark teardown");
   run_until(io, [&] { return done; });
   return us_between(t0, t1);
 }
 
 void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
-  std::printf("[spawn] spawn to ready: the child said hello, got its task and "
-              "asked for a model turn\n");
+  std::printf(
+      "[spawn] spawn to ready: the child said hello, got its task and "
+      "asked for a model turn\n");
   const int iterations = o.quick ? 20 : 80, warmup = 5;
   const std::string welcome = welcome_line(env);
   const std::string exe = env.subagent_child.string();
@@ -253,17 +226,14 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   // (b) the minimal C launcher: the same paths and BPF program as the explore
   // plan.
   const auto bpf = sandbox::compile_seccomp(env.explore->sandbox);
-  sock_fprog prog{static_cast<unsigned short>(bpf.size()),
-                  const_cast<sock_filter *>(bpf.data())};
+  sock_fprog prog{static_cast<unsigned short>(bpf.size()), const_cast<sock_filter *>(bpf.data())};
   auto substitute = [&](std::vector<std::string> v) {
     std::vector<std::string> out;
     for (auto &p : v) {
-      for (auto [key, value] : {std::pair<std::string, std::string>{
-                                    "${workspace}", env.workspace.string()},
-                                {"${child}", exe}}) {
+      for (auto [key, value] :
+           {std::pair<std::string, std::string>{"${workspace}", env.workspace.string()}, {"${child}", exe}}) {
         auto pos = p.find(key);
-        if (pos != std::string::npos)
-          p.replace(pos, key.size(), value);
+        if (pos != std::string::npos) p.replace(pos, key.size(), value);
       }
       out.push_back(p);
     }
@@ -272,16 +242,13 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   const auto read_paths = substitute(env.explore->sandbox.read_paths);
   const auto exec_paths = substitute(env.explore->sandbox.exec_paths);
   std::vector<const char *> rp, ep;
-  for (const auto &p : read_paths)
-    rp.push_back(p.c_str());
-  for (const auto &p : exec_paths)
-    ep.push_back(p.c_str());
+  for (const auto &p : read_paths) rp.push_back(p.c_str());
+  for (const auto &p : exec_paths) ep.push_back(p.c_str());
   std::vector<std::string> argv_store = {exe};
   std::vector<char *> argv = {argv_store[0].data(), nullptr};
   std::vector<std::string> env_store = env.child_env;
   std::vector<char *> envp;
-  for (auto &e : env_store)
-    envp.push_back(e.data());
+  for (auto &e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
   const auto &rl = env.explore->sandbox.rlimits;
   auto min_c = [&](int in, int out, int err) {
@@ -309,36 +276,15 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   const std::string static_exe = env.subagent_child_static.string();
   auto bare = [&](const std::string &program) {
     return [&env, program](int in, int out, int err) {
-      return spawn({program}, env.child_env, in, out, err,
-                   env.workspace.c_str());
+      return spawn({program}, env.child_env, in, out, err, env.workspace.c_str());
     };
   };
   const std::string bin_dir = env.bin_dir.string(), ws = env.workspace.string();
   auto bwrap_argv = [&](const std::string &program) {
-    return std::vector<std::string>{env.bwrap,
-                                    "--unshare-all",
-                                    "--die-with-parent",
-                                    "--ro-bind",
-                                    "/usr",
-                                    "/usr",
-                                    "--symlink",
-                                    "usr/lib",
-                                    "/lib",
-                                    "--symlink",
-                                    "usr/lib64",
-                                    "/lib64",
-                                    "--symlink",
-                                    "usr/bin",
-                                    "/bin",
-                                    "--ro-bind",
-                                    bin_dir,
-                                    bin_dir,
-                                    "--ro-bind",
-                                    ws,
-                                    ws,
-                                    "--chdir",
-                                    ws,
-                                    program};
+    return std::vector<std::string>{
+        env.bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",      "/usr",    "--symlink", "usr/lib",
+        "/lib",    "--symlink",     "usr/lib64",         "/lib64",    "--symlink", "usr/bin", "/bin",      "--ro-bind",
+        bin_dir,   bin_dir,         "--ro-bind",         ws,          ws,          "--chdir", ws,          program};
   };
   auto bwrap = [&](const std::string &program) {
     return [&env, argv = bwrap_argv(program)](int in, int out, int err) {
@@ -382,43 +328,30 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
 
   using Variant = std::pair<std::string, std::function<double()>>;
   std::vector<Variant> variants = {
-      {"supervisor",
-       [&] { return spawn_session(io, env, env.subagent_child, &ph); }},
+      {"supervisor", [&] { return spawn_session(io, env, env.subagent_child, &ph); }},
       {"launch_only", launch_variant},
       {"bare", [&] { return spawn_raw(bare(exe), welcome, nullptr, &ph); }},
       {"min_c", [&] { return spawn_raw(min_c, welcome, nullptr, &ph); }},
   };
   const bool have_static = fs::exists(env.subagent_child_static);
   if (have_static) {
-    variants.push_back({"supervisor_static", [&] {
-                          return spawn_session(io, env,
-                                               env.subagent_child_static, &ph);
-                        }});
-    variants.push_back(
-        {"bare_static",
-         [&] { return spawn_raw(bare(static_exe), welcome, nullptr, &ph); }});
+    variants.push_back({"supervisor_static", [&] { return spawn_session(io, env, env.subagent_child_static, &ph); }});
+    variants.push_back({"bare_static", [&] { return spawn_raw(bare(static_exe), welcome, nullptr, &ph); }});
   }
   if (!env.bwrap.empty()) {
-    variants.push_back({"bwrap", [&] {
-                          return spawn_raw(bwrap(exe), welcome, nullptr, &ph);
-                        }});
+    variants.push_back({"bwrap", [&] { return spawn_raw(bwrap(exe), welcome, nullptr, &ph); }});
     if (have_static)
-      variants.push_back({"bwrap_static", [&] {
-                            return spawn_raw(bwrap(static_exe), welcome,
-                                             nullptr, &ph);
-                          }});
+      variants.push_back({"bwrap_static", [&] { return spawn_raw(bwrap(static_exe), welcome, nullptr, &ph); }});
   }
   std::map<std::string, std::vector<double>> samples, cpu;
   for (int round = 0; round < warmup + iterations; ++round) {
     for (std::size_t k = 0; k < variants.size(); ++k) {
-      const Variant &v =
-          variants[(k + static_cast<std::size_t>(round)) % variants.size()];
+      const Variant &v = variants[(k + static_cast<std::size_t>(round)) % variants.size()];
       ph = {};
       const double cpu0 = thread_cpu_us() + children_cpu_us();
       double t = v.second();
       const double cpu_used = thread_cpu_us() + children_cpu_us() - cpu0;
-      if (round < warmup)
-        continue;
+      if (round < warmup) continue;
       samples[v.first].push_back(t);
       cpu[v.first].push_back(cpu_used);
       phases[v.first].push_back(ph);
@@ -427,10 +360,10 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   json j;
   j["iterations"] = iterations;
   j["warmup"] = warmup;
-  j["what"] = "microseconds from the start of the launch until the child's "
-              "first model_request";
-  j["bwrap_command"] =
-      env.bwrap.empty() ? json(nullptr) : json(bwrap_argv(exe));
+  j["what"] =
+      "microseconds from the start of the launch until the child's "
+      "first model_request";
+  j["bwrap_command"] = env.bwrap.empty() ? json(nullptr) : json(bwrap_argv(exe));
   std::map<std::string, Stats> st;
   for (auto &[name, v] : samples) {
     st[name] = stats(v);
@@ -441,62 +374,47 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
       h.push_back(p.hello);
       r.push_back(p.ready);
     }
-    const Stats sl = stats(l), sh = stats(h), sr = stats(r),
-                sc = stats(cpu[name]);
-    j["results"][name]["phases_p50_us"] = {
-        {"launch", sl.p50}, {"to_hello", sh.p50}, {"to_ready", sr.p50}};
+    const Stats sl = stats(l), sh = stats(h), sr = stats(r), sc = stats(cpu[name]);
+    j["results"][name]["phases_p50_us"] = {{"launch", sl.p50}, {"to_hello", sh.p50}, {"to_ready", sr.p50}};
     j["results"][name]["cpu_us_per_spawn"] = to_json(sc);
-    std::printf("  %-17s p50 %6.0f us  p99 %6.0f us  (phases p50: launch "
-                "%5.0f, to hello %5.0f, to ready %4.0f)  CPU p50 %5.0f us\n",
-                name.c_str(), st[name].p50, st[name].p99, sl.p50, sh.p50,
-                sr.p50, sc.p50);
+    std::printf(
+        "  %-17s p50 %6.0f us  p99 %6.0f us  (phases p50: launch "
+        "%5.0f, to hello %5.0f, to ready %4.0f)  CPU p50 %5.0f us\n",
+        name.c_str(), st[name].p50, st[name].p99, sl.p50, sh.p50, sr.p50, sc.p50);
   }
   const Stats prep = stats(prepare_us);
   j["prepare_us"] = to_json(prep);
   std::printf("  (sandbox::prepare alone, per spawn: p50 %.0f us)\n", prep.p50);
-  const double cpu_vs_min =
-      stats(cpu["supervisor"]).p50 / stats(cpu["min_c"]).p50;
+  const double cpu_vs_min = stats(cpu["supervisor"]).p50 / stats(cpu["min_c"]).p50;
   j["ratios"]["cpu_supervisor_vs_min_c_p50"] = cpu_vs_min;
   const double vs_bare = st["supervisor"].p50 / st["bare"].p50;
   const double vs_min = st["supervisor"].p50 / st["min_c"].p50;
-  j["ratios"] = {{"supervisor_vs_bare_p50", vs_bare},
-                 {"supervisor_vs_min_c_p50", vs_min}};
-  j["targets"] = {{"supervisor_vs_min_c_max", 1.3},
-                  {"supervisor_vs_bwrap_max", 0.5}};
-  add_row({"1 spawn to ready", "sandboxed child vs bare fork/exec (a), p50",
-           us(st["supervisor"].p50), us(st["bare"].p50), fmt("%.2fx", vs_bare),
-           "-", "-"});
-  add_row({"1 spawn to ready", "vs minimal C launcher, same recipe (b), p50",
-           us(st["supervisor"].p50), us(st["min_c"].p50), fmt("%.2fx", vs_min),
-           "<= 1.3x", vs_min <= 1.3 ? "yes" : "NO"});
-  add_row({"1 spawn to ready",
-           "(b) in CPU time per spawn (parent + children), p50",
-           us(stats(cpu["supervisor"]).p50), us(stats(cpu["min_c"]).p50),
-           fmt("%.2fx", cpu_vs_min), "-", "-"});
+  j["ratios"] = {{"supervisor_vs_bare_p50", vs_bare}, {"supervisor_vs_min_c_p50", vs_min}};
+  j["targets"] = {{"supervisor_vs_min_c_max", 1.3}, {"supervisor_vs_bwrap_max", 0.5}};
+  add_row({"1 spawn to ready", "sandboxed child vs bare fork/exec (a), p50", us(st["supervisor"].p50),
+           us(st["bare"].p50), fmt("%.2fx", vs_bare), "-", "-"});
+  add_row({"1 spawn to ready", "vs minimal C launcher, same recipe (b), p50", us(st["supervisor"].p50),
+           us(st["min_c"].p50), fmt("%.2fx", vs_min), "<= 1.3x", vs_min <= 1.3 ? "yes" : "NO"});
+  add_row({"1 spawn to ready", "(b) in CPU time per spawn (parent + children), p50", us(stats(cpu["supervisor"]).p50),
+           us(stats(cpu["min_c"]).p50), fmt("%.2fx", cpu_vs_min), "-", "-"});
   if (!env.bwrap.empty()) {
     const double vs_bwrap = st["supervisor"].p50 / st["bwrap"].p50;
     j["ratios"]["supervisor_vs_bwrap_p50"] = vs_bwrap;
-    add_row({"1 spawn to ready", "vs bwrap --unshare-all (c), p50",
-             us(st["supervisor"].p50), us(st["bwrap"].p50),
-             fmt("%.2fx", vs_bwrap), "<= 0.5x",
-             vs_bwrap <= 0.5 ? "yes" : "NO"});
+    add_row({"1 spawn to ready", "vs bwrap --unshare-all (c), p50", us(st["supervisor"].p50), us(st["bwrap"].p50),
+             fmt("%.2fx", vs_bwrap), "<= 0.5x", vs_bwrap <= 0.5 ? "yes" : "NO"});
     if (have_static) {
-      const double vs_bwrap_static =
-          st["supervisor_static"].p50 / st["bwrap_static"].p50;
+      const double vs_bwrap_static = st["supervisor_static"].p50 / st["bwrap_static"].p50;
       j["ratios"]["static_child_supervisor_vs_bwrap_p50"] = vs_bwrap_static;
-      add_row({"1 spawn to ready", "(c) with a static-pie child in both, p50",
-               us(st["supervisor_static"].p50), us(st["bwrap_static"].p50),
-               fmt("%.2fx", vs_bwrap_static), "<= 0.5x",
+      add_row({"1 spawn to ready", "(c) with a static-pie child in both, p50", us(st["supervisor_static"].p50),
+               us(st["bwrap_static"].p50), fmt("%.2fx", vs_bwrap_static), "<= 0.5x",
                vs_bwrap_static <= 0.5 ? "yes" : "NO"});
     }
   }
   if (have_static) {
-    const double static_vs_bare =
-        st["supervisor_static"].p50 / st["bare_static"].p50;
+    const double static_vs_bare = st["supervisor_static"].p50 / st["bare_static"].p50;
     j["ratios"]["static_child_supervisor_vs_bare_p50"] = static_vs_bare;
-    add_row({"1 spawn to ready", "(a) with a static-pie child in both, p50",
-             us(st["supervisor_static"].p50), us(st["bare_static"].p50),
-             fmt("%.2fx", static_vs_bare), "-", "-"});
+    add_row({"1 spawn to ready", "(a) with a static-pie child in both, p50", us(st["supervisor_static"].p50),
+             us(st["bare_static"].p50), fmt("%.2fx", static_vs_bare), "-", "-"});
   }
   write_json(o, "spawn_ready", j);
 }
@@ -508,33 +426,29 @@ std::vector<double> parse_samples_us(const std::string &text) {
   std::vector<double> v;
   std::istringstream in(text);
   double ns;
-  while (in >> ns)
-    v.push_back(ns / 1000.0);
+  while (in >> ns) v.push_back(ns / 1000.0);
   return v;
 }
 
 // The raw floor's answer: the decision line the supervisor sends, with the
 // request's id copied in.
 struct RawPeer {
-  std::string decision;  // template, id "t0000000"
-  std::size_t id_at = 0; // offset of the id in the template
+  std::string decision;   // template, id "t0000000"
+  std::size_t id_at = 0;  // offset of the id in the template
 
   explicit RawPeer(const Env &env) {
     std::string why;
-    supervisor::decide(*env.explore, "grep",
-                       {{"pattern", "TODO"}, {"path", "src"}}, why);
+    supervisor::decide(*env.explore, "grep", {{"pattern", "TODO"}, {"path", "src"}}, why);
     decision = proto::encode_line(proto::ToolDecision{"t0000000", true, why});
     id_at = decision.find("t0000000");
   }
   // Handles one line from a raw child; returns the reply to write (or empty),
   // sets *final.
-  std::string_view answer(const std::string &line, bool *is_done,
-                          bool *is_final) {
+  std::string_view answer(const std::string &line, bool *is_done, bool *is_final) {
     *is_done = *is_final = false;
     if (line.find("\"tool_request\"") != std::string::npos) {
       auto at = line.find("\"id\":\"");
-      if (at != std::string::npos)
-        decision.replace(id_at, 8, line, at + 6, 8);
+      if (at != std::string::npos) decision.replace(id_at, 8, line, at + 6, 8);
       return decision;
     }
     if (line.find("\"tool_done\"") != std::string::npos)
@@ -548,25 +462,22 @@ struct RawPeer {
 std::vector<double> rtt_session(asio::io_context &io, const Env &env, long n) {
   bool done = false;
   proto::Envelope env_out;
-  auto s = ChildSession::create(
-      io, session_config(env, env.bench_child, {"pingpong", std::to_string(n)}),
-      std::make_unique<StubProvider>(nullptr));
+  auto s = ChildSession::create(io, session_config(env, env.bench_child, {"pingpong", std::to_string(n)}),
+                                std::make_unique<StubProvider>(nullptr));
   s->start([&](const proto::Envelope &e) {
     env_out = e;
     done = true;
   });
   run_until(io, [&] { return done; });
   if (env_out.status != proto::Status::completed)
-    throw std::runtime_error("broker: the child did not complete: " +
-                             env_out.reason);
+    throw std::runtime_error("broker: the child did not complete: " + env_out.reason);
   return parse_samples_us(env_out.answer.text);
 }
 
 std::vector<double> rtt_raw(const Env &env, long n) {
   Pipe in, out;
   pid_t pid =
-      spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"},
-            env.child_env, in.read, out.write, -1);
+      spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"}, env.child_env, in.read, out.write, -1);
   in.close_read();
   out.close_write();
   RawPeer peer(env);
@@ -575,12 +486,10 @@ std::vector<double> rtt_raw(const Env &env, long n) {
   while (auto l = lines.next()) {
     bool is_done, is_final;
     std::string_view reply = peer.answer(*l, &is_done, &is_final);
-    if (!reply.empty())
-      write_all(in.write, reply);
+    if (!reply.empty()) write_all(in.write, reply);
     if (is_final) {
       auto d = proto::decode_child_message(*l);
-      if (d)
-        samples = parse_samples_us(std::get<proto::Final>(*d.message).answer);
+      if (d) samples = parse_samples_us(std::get<proto::Final>(*d.message).answer);
     }
   }
   reap(pid);
@@ -588,24 +497,21 @@ std::vector<double> rtt_raw(const Env &env, long n) {
 }
 
 void bench_broker(const Options &o, const Env &env, asio::io_context &io) {
-  std::printf("[broker] tool_request -> policy decision -> tool_decision, "
-              "timed in the child\n");
+  std::printf(
+      "[broker] tool_request -> policy decision -> tool_decision, "
+      "timed in the child\n");
   const int chunks = o.quick ? 3 : 8;
   const long per_chunk = 500,
-             skip = 50; // the first round trips of each chunk warm caches
+             skip = 50;  // the first round trips of each chunk warm caches
   std::vector<double> sup, raw;
   for (int c = 0; c < chunks; ++c) {
     auto run_sup = [&] {
       auto v = rtt_session(io, env, per_chunk);
-      sup.insert(sup.end(),
-                 v.begin() + std::min<long>(skip, static_cast<long>(v.size())),
-                 v.end());
+      sup.insert(sup.end(), v.begin() + std::min<long>(skip, static_cast<long>(v.size())), v.end());
     };
     auto run_raw = [&] {
       auto v = rtt_raw(env, per_chunk);
-      raw.insert(raw.end(),
-                 v.begin() + std::min<long>(skip, static_cast<long>(v.size())),
-                 v.end());
+      raw.insert(raw.end(), v.begin() + std::min<long>(skip, static_cast<long>(v.size())), v.end());
     };
     if (c % 2) {
       run_sup();
@@ -617,11 +523,13 @@ void bench_broker(const Options &o, const Env &env, asio::io_context &io) {
   }
   Stats s = stats(sup), r = stats(raw);
   const double ratio = s.p50 / r.p50, ratio99 = s.p99 / r.p99;
-  std::printf("  supervisor p50 %.1f us p99 %.1f us; raw pipes p50 %.1f us p99 "
-              "%.1f us\n",
-              s.p50, s.p99, r.p50, r.p99);
-  json j = {{"what", "microseconds per tool_request/tool_decision round trip, "
-                     "measured in the child"},
+  std::printf(
+      "  supervisor p50 %.1f us p99 %.1f us; raw pipes p50 %.1f us p99 "
+      "%.1f us\n",
+      s.p50, s.p99, r.p50, r.p99);
+  json j = {{"what",
+             "microseconds per tool_request/tool_decision round trip, "
+             "measured in the child"},
             {"chunks", chunks},
             {"round_trips_per_chunk", per_chunk},
             {"skipped_per_chunk", skip},
@@ -630,12 +538,10 @@ void bench_broker(const Options &o, const Env &env, asio::io_context &io) {
             {"ratios", {{"p50", ratio}, {"p99", ratio99}}},
             {"targets", {{"p50_max", 2.0}}}};
   write_json(o, "broker", j);
-  add_row({"2 broker round trip",
-           "tool request via policy vs raw pipe ping-pong, p50",
-           fmt("%.1f us", s.p50), fmt("%.1f us", r.p50), fmt("%.2fx", ratio),
-           "<= 2x", ratio <= 2.0 ? "yes" : "NO"});
-  add_row({"2 broker round trip", "same, p99", fmt("%.1f us", s.p99),
-           fmt("%.1f us", r.p99), fmt("%.2fx", ratio99), "-", "-"});
+  add_row({"2 broker round trip", "tool request via policy vs raw pipe ping-pong, p50", fmt("%.1f us", s.p50),
+           fmt("%.1f us", r.p50), fmt("%.2fx", ratio), "<= 2x", ratio <= 2.0 ? "yes" : "NO"});
+  add_row({"2 broker round trip", "same, p99", fmt("%.1f us", s.p99), fmt("%.1f us", r.p99), fmt("%.2fx", ratio99), "-",
+           "-"});
 }
 
 // ---- 3. eight concurrent children
@@ -652,8 +558,7 @@ struct FloodResult {
 };
 FloodResult flood_result(const Window &a, const Window &b) {
   FloodResult r;
-  r.msgs = (b.round_trips - a.round_trips) *
-           3; // tool_request, tool_decision, tool_done
+  r.msgs = (b.round_trips - a.round_trips) * 3;  // tool_request, tool_decision, tool_done
   const double secs = us_between(a.t, b.t) / 1e6;
   r.msgs_per_s = static_cast<double>(r.msgs) / secs;
   r.cpu_us_per_msg = (b.cpu_us - a.cpu_us) / static_cast<double>(r.msgs);
@@ -662,43 +567,36 @@ FloodResult flood_result(const Window &a, const Window &b) {
 
 // The window opens when every child is talking and closes when the first one
 // finishes.
-FloodResult flood_session(asio::io_context &io, const Env &env, int children,
-                          long n) {
+FloodResult flood_session(asio::io_context &io, const Env &env, int children, long n) {
   std::uint64_t dones = 0;
   int hellos = 0, finished = 0;
   bool closed = false;
   Window start, stop;
   std::vector<std::shared_ptr<ChildSession>> sessions;
   for (int k = 0; k < children; ++k) {
-    SessionConfig cfg =
-        session_config(env, env.bench_child, {"pingpong", std::to_string(n)});
+    SessionConfig cfg = session_config(env, env.bench_child, {"pingpong", std::to_string(n)});
     cfg.on_event = [&](const json &e) {
       const auto &ev = e["event"].get_ref<const std::string &>();
       if (ev == "tool_done") {
         ++dones;
       } else if (ev == "hello") {
-        if (++hellos == children)
-          start = {Clock::now(), thread_cpu_us(), dones};
+        if (++hellos == children) start = {Clock::now(), thread_cpu_us(), dones};
       } else if (ev == "final" && !closed) {
         closed = true;
         stop = {Clock::now(), thread_cpu_us(), dones};
       }
     };
-    sessions.push_back(ChildSession::create(
-        io, std::move(cfg), std::make_unique<StubProvider>(nullptr)));
+    sessions.push_back(ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr)));
   }
   std::string failure;
   for (auto &s : sessions)
     s->start([&](const proto::Envelope &e) {
       ++finished;
-      if (e.status != proto::Status::completed)
-        failure = e.reason;
+      if (e.status != proto::Status::completed) failure = e.reason;
     });
   run_until(io, [&] { return finished == children; });
-  if (!failure.empty())
-    throw std::runtime_error("concurrent: a child failed: " + failure);
-  if (hellos != children || !closed)
-    throw std::runtime_error("concurrent: no measurement window");
+  if (!failure.empty()) throw std::runtime_error("concurrent: a child failed: " + failure);
+  if (hellos != children || !closed) throw std::runtime_error("concurrent: no measurement window");
   return flood_result(start, stop);
 }
 
@@ -717,9 +615,8 @@ FloodResult flood_raw(const Env &env, int children, long n) {
   for (auto &k : kids) {
     k.in = std::make_unique<Pipe>();
     k.out = std::make_unique<Pipe>();
-    k.pid = spawn(
-        {env.bench_child.string(), "pingpong", std::to_string(n), "--raw"},
-        env.child_env, k.in->read, k.out->write, -1);
+    k.pid = spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"}, env.child_env, k.in->read,
+                  k.out->write, -1);
     k.in->close_read();
     k.out->close_write();
   }
@@ -729,16 +626,13 @@ FloodResult flood_raw(const Env &env, int children, long n) {
   Window start, stop;
   std::vector<pollfd> fds(kids.size());
   while (open_kids > 0) {
-    for (std::size_t i = 0; i < kids.size(); ++i)
-      fds[i] = {kids[i].eof ? -1 : kids[i].out->read, POLLIN, 0};
+    for (std::size_t i = 0; i < kids.size(); ++i) fds[i] = {kids[i].eof ? -1 : kids[i].out->read, POLLIN, 0};
     if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR)
-        continue;
+      if (errno == EINTR) continue;
       fail_errno("poll");
     }
     for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP)))
-        continue;
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
       Kid &k = kids[i];
       char chunk[65536];
       ssize_t got = ::read(k.out->read, chunk, sizeof chunk);
@@ -757,13 +651,11 @@ FloodResult flood_raw(const Env &env, int children, long n) {
         if (!reply.empty()) {
           if (!k.seen) {
             k.seen = true;
-            if (++seen == children)
-              start = {Clock::now(), thread_cpu_us(), dones};
+            if (++seen == children) start = {Clock::now(), thread_cpu_us(), dones};
           }
           write_all(k.in->write, reply);
         }
-        if (is_done)
-          ++dones;
+        if (is_done) ++dones;
         if (is_final && !closed) {
           closed = true;
           stop = {Clock::now(), thread_cpu_us(), dones};
@@ -772,16 +664,15 @@ FloodResult flood_raw(const Env &env, int children, long n) {
       k.buf.erase(0, pos);
     }
   }
-  for (auto &k : kids)
-    reap(k.pid);
-  if (!closed || seen != children)
-    throw std::runtime_error("concurrent raw: no measurement window");
+  for (auto &k : kids) reap(k.pid);
+  if (!closed || seen != children) throw std::runtime_error("concurrent raw: no measurement window");
   return flood_result(start, stop);
 }
 
 void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
-  std::printf("[concurrent] 8 children, each doing sequential tool round trips "
-              "as fast as it can\n");
+  std::printf(
+      "[concurrent] 8 children, each doing sequential tool round trips "
+      "as fast as it can\n");
   const int children = 8, rounds = o.quick ? 1 : 3;
   const long n = o.quick ? 1500 : 3000;
   std::vector<double> sup_rate, sup_cpu, raw_rate, raw_cpu;
@@ -793,45 +684,32 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
     sup_cpu.push_back(a.cpu_us_per_msg);
     raw_rate.push_back(b.msgs_per_s);
     raw_cpu.push_back(b.cpu_us_per_msg);
-    runs.push_back({{"supervisor",
-                     {{"msgs_per_s", a.msgs_per_s},
-                      {"cpu_us_per_msg", a.cpu_us_per_msg},
-                      {"msgs", a.msgs}}},
-                    {"raw_relay",
-                     {{"msgs_per_s", b.msgs_per_s},
-                      {"cpu_us_per_msg", b.cpu_us_per_msg},
-                      {"msgs", b.msgs}}}});
-    std::printf("  round %d: supervisor %.0f msg/s, %.2f us CPU/msg; raw relay "
-                "%.0f msg/s, %.2f us CPU/msg\n",
-                r, a.msgs_per_s, a.cpu_us_per_msg, b.msgs_per_s,
-                b.cpu_us_per_msg);
+    runs.push_back(
+        {{"supervisor", {{"msgs_per_s", a.msgs_per_s}, {"cpu_us_per_msg", a.cpu_us_per_msg}, {"msgs", a.msgs}}},
+         {"raw_relay", {{"msgs_per_s", b.msgs_per_s}, {"cpu_us_per_msg", b.cpu_us_per_msg}, {"msgs", b.msgs}}}});
+    std::printf(
+        "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg; raw relay "
+        "%.0f msg/s, %.2f us CPU/msg\n",
+        r, a.msgs_per_s, a.cpu_us_per_msg, b.msgs_per_s, b.cpu_us_per_msg);
   }
   const double rate = stats(sup_rate).p50, cpu = stats(sup_cpu).p50;
   const double rrate = stats(raw_rate).p50, rcpu = stats(raw_cpu).p50;
-  const double capacity =
-      1e6 / cpu; // messages per second one core of loop could carry
+  const double capacity = 1e6 / cpu;  // messages per second one core of loop could carry
   json j = {
       {"children", children},
       {"round_trips_per_child", n},
       {"runs", runs},
-      {"supervisor",
-       {{"msgs_per_s_p50", rate},
-        {"cpu_us_per_msg_p50", cpu},
-        {"loop_capacity_msgs_per_s", capacity}}},
+      {"supervisor", {{"msgs_per_s_p50", rate}, {"cpu_us_per_msg_p50", cpu}, {"loop_capacity_msgs_per_s", capacity}}},
       {"raw_relay", {{"msgs_per_s_p50", rrate}, {"cpu_us_per_msg_p50", rcpu}}},
-      {"ratios",
-       {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}}},
+      {"ratios", {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}}},
       {"targets", {{"loop_capacity_min_msgs_per_s", 50000}}}};
   write_json(o, "concurrent", j);
-  add_row({"3 eight children", "aggregate messages/s vs one-thread raw relay",
-           fmt("%.0f/s", rate), fmt("%.0f/s", rrate),
-           fmt("%.2fx", rate / rrate), "-", "-"});
-  add_row({"3 eight children", "supervisor CPU per message vs raw relay",
-           fmt("%.2f us", cpu), fmt("%.2f us", rcpu), fmt("%.2fx", cpu / rcpu),
-           "-", "-"});
-  add_row({"3 eight children", "loop capacity (1 core / CPU per message)",
-           fmt("%.0f/s", capacity), "50000/s", fmt("%.2fx", capacity / 50000),
-           ">= 1x", capacity >= 50000 ? "yes" : "NO"});
+  add_row({"3 eight children", "aggregate messages/s vs one-thread raw relay", fmt("%.0f/s", rate),
+           fmt("%.0f/s", rrate), fmt("%.2fx", rate / rrate), "-", "-"});
+  add_row({"3 eight children", "supervisor CPU per message vs raw relay", fmt("%.2f us", cpu), fmt("%.2f us", rcpu),
+           fmt("%.2fx", cpu / rcpu), "-", "-"});
+  add_row({"3 eight children", "loop capacity (1 core / CPU per message)", fmt("%.0f/s", capacity), "50000/s",
+           fmt("%.2fx", capacity / 50000), ">= 1x", capacity >= 50000 ? "yes" : "NO"});
 }
 
 // ---- 4. memory
@@ -854,71 +732,56 @@ void bench_memory(const Options &o, const Env &env, asio::io_context &io) {
     for (int i = 0; i < k; ++i) {
       SessionConfig cfg = session_config(env, env.subagent_child, {});
       cfg.on_event = [&](const json &e) {
-        if (e["event"] == "started")
-          pids.push_back(e["pid"].get<pid_t>());
+        if (e["event"] == "started") pids.push_back(e["pid"].get<pid_t>());
       };
-      sessions.push_back(ChildSession::create(
-          io, std::move(cfg),
-          std::make_unique<StubProvider>([&] { ++ready; })));
+      sessions.push_back(ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>([&] { ++ready; })));
       sessions.back()->start([&](const proto::Envelope &) { ++finished; });
     }
     run_until(io, [&] { return ready == k || finished > 0; });
-    if (ready != k)
-      throw std::runtime_error("memory: a child ended early");
+    if (ready != k) throw std::runtime_error("memory: a child ended early");
     const Memory after = memory_of(0);
     const std::size_t heap_after = ::mallinfo2().uordblks;
     rss_per_child.push_back((after.rss_kib - before.rss_kib) / k);
-    heap_per_child.push_back(
-        (static_cast<double>(heap_after) - static_cast<double>(heap_before)) /
-        1024.0 / k);
+    heap_per_child.push_back((static_cast<double>(heap_after) - static_cast<double>(heap_before)) / 1024.0 / k);
     for (pid_t p : pids) {
       Memory m = memory_of(p);
       child_rss.push_back(m.rss_kib);
       child_pss.push_back(m.pss_kib);
     }
-    for (auto &s : sessions)
-      s->cancel("benchmark teardown");
+    for (auto &s : sessions) s->cancel("benchmark teardown");
     run_until(io, [&] { return finished == k; });
     sessions.clear();
-    std::printf(
-        "  round %d: supervisor +%.0f KiB RSS, +%.0f KiB heap per child\n", r,
-        rss_per_child.back(), heap_per_child.back());
+    std::printf("  round %d: supervisor +%.0f KiB RSS, +%.0f KiB heap per child\n", r, rss_per_child.back(),
+                heap_per_child.back());
   }
-  const double rss =
-      stats(rss_per_child).max; // the first (coldest) round charges the most
+  const double rss = stats(rss_per_child).max;  // the first (coldest) round charges the most
   const double heap = stats(heap_per_child).p50;
   const double per_child = std::max(rss, heap);
   const Stats crss = stats(child_rss), cpss = stats(child_pss);
-  json j = {
-      {"children_per_round", k},
-      {"rounds", rounds},
-      {"supervisor_rss_kib_per_child", rss_per_child},
-      {"supervisor_heap_kib_per_child", heap_per_child},
-      {"supervisor_kib_per_child_reported", per_child},
-      {"child_rss_kib", to_json(crss)},
-      {"child_pss_kib", to_json(cpss)},
-      {"targets",
-       {{"supervisor_kib_per_child_max", 256}, {"child_rss_kib_max", 8192}}}};
+  json j = {{"children_per_round", k},
+            {"rounds", rounds},
+            {"supervisor_rss_kib_per_child", rss_per_child},
+            {"supervisor_heap_kib_per_child", heap_per_child},
+            {"supervisor_kib_per_child_reported", per_child},
+            {"child_rss_kib", to_json(crss)},
+            {"child_pss_kib", to_json(cpss)},
+            {"targets", {{"supervisor_kib_per_child_max", 256}, {"child_rss_kib_max", 8192}}}};
   write_json(o, "memory", j);
-  add_row({"4 memory", "supervisor per live child (max of RSS, heap)",
-           fmt("%.0f KiB", per_child), "256 KiB", fmt("%.2fx", per_child / 256),
-           "<= 1x", per_child <= 256 ? "yes" : "NO"});
-  add_row({"4 memory",
-           "child baseline RSS, p50 (PSS " + fmt("%.0f KiB", cpss.p50) + ")",
-           fmt("%.0f KiB", crss.p50), "8192 KiB", fmt("%.2fx", crss.p50 / 8192),
-           "<= 1x", crss.p50 <= 8192 ? "yes" : "NO"});
+  add_row({"4 memory", "supervisor per live child (max of RSS, heap)", fmt("%.0f KiB", per_child), "256 KiB",
+           fmt("%.2fx", per_child / 256), "<= 1x", per_child <= 256 ? "yes" : "NO"});
+  add_row({"4 memory", "child baseline RSS, p50 (PSS " + fmt("%.0f KiB", cpss.p50) + ")", fmt("%.0f KiB", crss.p50),
+           "8192 KiB", fmt("%.2fx", crss.p50 / 8192), "<= 1x", crss.p50 <= 8192 ? "yes" : "NO"});
 }
 
 // ---- 5. enforcement precision
 // --------------------------------------------------------------------
 
 struct Enforced {
-  double late_us = 0; // envelope time minus the moment enforcement was due
+  double late_us = 0;  // envelope time minus the moment enforcement was due
   double kill_late_us = 0;
 };
 
-Enforced deadline_once(asio::io_context &io, const Env &env,
-                       std::uint64_t timeout_ms, std::uint64_t grace_ms) {
+Enforced deadline_once(asio::io_context &io, const Env &env, std::uint64_t timeout_ms, std::uint64_t grace_ms) {
   SessionConfig cfg = session_config(env, env.bench_child, {"stubborn"});
   cfg.budgets.timeout_ms = timeout_ms;
   cfg.budgets.wrap_up_grace_ms = grace_ms;
@@ -931,16 +794,14 @@ Enforced deadline_once(asio::io_context &io, const Env &env,
     else if (e["event"] == "kill")
       killed = Clock::now();
   };
-  auto s = ChildSession::create(io, std::move(cfg),
-                                std::make_unique<StubProvider>(nullptr));
+  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr));
   s->start([&](const proto::Envelope &e) {
     enveloped = Clock::now();
     status = e.status;
     done = true;
   });
   run_until(io, [&] { return done; });
-  if (status != proto::Status::timeout)
-    throw std::runtime_error("enforcement: expected a timeout");
+  if (status != proto::Status::timeout) throw std::runtime_error("enforcement: expected a timeout");
   const auto due = started + std::chrono::milliseconds(timeout_ms + grace_ms);
   return {us_between(due, enveloped), us_between(due, killed)};
 }
@@ -950,27 +811,22 @@ double cancel_once(asio::io_context &io, const Env &env) {
   bool hello = false, done = false;
   Clock::time_point enveloped;
   cfg.on_event = [&](const json &e) {
-    if (e["event"] == "hello")
-      hello = true;
+    if (e["event"] == "hello") hello = true;
   };
-  auto s = ChildSession::create(io, std::move(cfg),
-                                std::make_unique<StubProvider>(nullptr));
+  auto s = ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr));
   s->start([&](const proto::Envelope &e) {
     enveloped = Clock::now();
     done = e.status == proto::Status::cancelled;
   });
   run_until(io, [&] { return hello; });
-  asio::steady_timer settle(
-      io, std::chrono::milliseconds(20)); // let it fork its grandchild
+  asio::steady_timer settle(io, std::chrono::milliseconds(20));  // let it fork its grandchild
   bool settled = false;
   settle.async_wait([&](boost::system::error_code) { settled = true; });
   run_until(io, [&] { return settled; });
   const auto t0 = Clock::now();
   s->cancel("benchmark");
   run_until(io, [&] { return enveloped != Clock::time_point{}; });
-  if (!done)
-    throw std::runtime_error(
-        "enforcement: cancel did not give a cancelled envelope");
+  if (!done) throw std::runtime_error("enforcement: cancel did not give a cancelled envelope");
   return us_between(t0, enveloped);
 }
 
@@ -991,32 +847,29 @@ double kill_floor_once(const Env &env) {
   sandbox::PlanPtr plan = sandbox::prepare(env.explore->sandbox, req);
   sandbox::Child c = sandbox::launch(*plan);
   ::close(null);
-  out.close_write(); // from here, EOF on stdout means the whole tree is gone
-  if (c.pid <= 0)
-    throw std::runtime_error("enforcement: launch gave no pid");
+  out.close_write();  // from here, EOF on stdout means the whole tree is gone
+  if (c.pid <= 0) throw std::runtime_error("enforcement: launch gave no pid");
   FdLines lines(out.read);
   auto ready = lines.next();
-  ::usleep(20'000); // as for cancel: the tree has settled
+  ::usleep(20'000);  // as for cancel: the tree has settled
   const auto t0 = Clock::now();
-  ::kill(-c.pid, SIGKILL); // c.pid > 0: its process group
+  ::kill(-c.pid, SIGKILL);  // c.pid > 0: its process group
   kill_one(c.pid);
   siginfo_t info{};
-  while (::waitid(P_PIDFD, static_cast<id_t>(c.pidfd), &info, WEXITED) < 0 &&
-         errno == EINTR) {
+  while (::waitid(P_PIDFD, static_cast<id_t>(c.pidfd), &info, WEXITED) < 0 && errno == EINTR) {
   }
   lines.drain();
   const double t = us_between(t0, Clock::now());
   ::close(c.pidfd);
   sandbox::release(c);
-  if (!ready)
-    throw std::runtime_error(
-        "enforcement: the raw stubborn child did not start");
+  if (!ready) throw std::runtime_error("enforcement: the raw stubborn child did not start");
   return t;
 }
 
 void bench_enforcement(const Options &o, const Env &env, asio::io_context &io) {
-  std::printf("[enforcement] deadline+grace -> envelope (tree dead), cancel -> "
-              "envelope\n");
+  std::printf(
+      "[enforcement] deadline+grace -> envelope (tree dead), cancel -> "
+      "envelope\n");
   const int iterations = o.quick ? 8 : 30;
   const std::uint64_t timeout_ms = 100, grace_ms = 50;
   std::vector<double> deadline, kill_late, cancel, floor;
@@ -1024,43 +877,38 @@ void bench_enforcement(const Options &o, const Env &env, asio::io_context &io) {
     Enforced d = deadline_once(io, env, timeout_ms, grace_ms);
     double c = cancel_once(io, env);
     double f = kill_floor_once(env);
-    if (i < 2)
-      continue; // warm-up
+    if (i < 2) continue;  // warm-up
     deadline.push_back(d.late_us);
     kill_late.push_back(d.kill_late_us);
     cancel.push_back(c);
     floor.push_back(f);
   }
-  const Stats d = stats(deadline), k = stats(kill_late), c = stats(cancel),
-              f = stats(floor);
+  const Stats d = stats(deadline), k = stats(kill_late), c = stats(cancel), f = stats(floor);
   json j = {{"iterations", iterations},
             {"timeout_ms", timeout_ms},
             {"grace_ms", grace_ms},
-            {"what", "microseconds: deadline = envelope time minus (start + "
-                     "timeout + grace); kill = the kill "
-                     "event minus the same; cancel = envelope minus cancel(); "
-                     "floor = SIGKILL of the same "
-                     "sandboxed tree until reaped and its stdout closed"},
+            {"what",
+             "microseconds: deadline = envelope time minus (start + "
+             "timeout + grace); kill = the kill "
+             "event minus the same; cancel = envelope minus cancel(); "
+             "floor = SIGKILL of the same "
+             "sandboxed tree until reaped and its stdout closed"},
             {"deadline_to_envelope", to_json(d)},
             {"deadline_to_kill", to_json(k)},
             {"cancel_to_envelope", to_json(c)},
             {"kill_floor", to_json(f)},
-            {"ratios",
-             {{"deadline_vs_floor_p50", d.p50 / f.p50},
-              {"cancel_vs_floor_p50", c.p50 / f.p50}}},
+            {"ratios", {{"deadline_vs_floor_p50", d.p50 / f.p50}, {"cancel_vs_floor_p50", c.p50 / f.p50}}},
             {"targets", {{"p99_max_us", 50000}}}};
   write_json(o, "enforcement", j);
   std::printf("  kill event lateness p50 %.0f us p99 %.0f us\n", k.p50, k.p99);
-  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p50",
-           us(d.p50), us(f.p50) + " (kill floor)", fmt("%.2fx", d.p50 / f.p50),
-           "-", "-"});
-  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p99",
-           us(d.p99), "50 ms", fmt("%.2fx", d.p99 / 50000), "< 1x",
-           d.p99 < 50000 ? "yes" : "NO"});
-  add_row({"5 enforcement", "cancel to envelope, p50", us(c.p50),
-           us(f.p50) + " (kill floor)", fmt("%.2fx", c.p50 / f.p50), "-", "-"});
-  add_row({"5 enforcement", "cancel to envelope, p99", us(c.p99), "50 ms",
-           fmt("%.2fx", c.p99 / 50000), "< 1x", c.p99 < 50000 ? "yes" : "NO"});
+  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p50", us(d.p50), us(f.p50) + " (kill floor)",
+           fmt("%.2fx", d.p50 / f.p50), "-", "-"});
+  add_row({"5 enforcement", "deadline+grace to dead tree+envelope, p99", us(d.p99), "50 ms",
+           fmt("%.2fx", d.p99 / 50000), "< 1x", d.p99 < 50000 ? "yes" : "NO"});
+  add_row({"5 enforcement", "cancel to envelope, p50", us(c.p50), us(f.p50) + " (kill floor)",
+           fmt("%.2fx", c.p50 / f.p50), "-", "-"});
+  add_row({"5 enforcement", "cancel to envelope, p99", us(c.p99), "50 ms", fmt("%.2fx", c.p99 / 50000), "< 1x",
+           c.p99 < 50000 ? "yes" : "NO"});
 }
 
 // ---- 6. tools inside the sandbox
@@ -1069,7 +917,7 @@ void bench_enforcement(const Options &o, const Env &env, asio::io_context &io) {
 // bench_tool_runner under the explore sandbox, with `workspace` as its
 // workspace.
 class ToolRunner {
-public:
+ public:
   ToolRunner(const Env &env, const fs::path &workspace) {
     sandbox::LaunchRequest req;
     req.executable = env.tool_runner.string();
@@ -1099,12 +947,11 @@ public:
   json run(const std::string &tool, const json &args) {
     write_all(in_.write, tool + " " + args.dump() + "\n");
     auto l = lines_->next();
-    if (!l)
-      throw std::runtime_error("tools: the runner died");
+    if (!l) throw std::runtime_error("tools: the runner died");
     return json::parse(*l);
   }
 
-private:
+ private:
   Pipe in_, out_;
   sandbox::Child child_;
   std::unique_ptr<FdLines> lines_;
@@ -1112,21 +959,17 @@ private:
 
 // Runs a peer command with stdout drained through a pipe; returns microseconds
 // and the output size.
-std::pair<double, std::size_t> run_peer(const std::vector<std::string> &argv,
-                                        const fs::path &cwd) {
+std::pair<double, std::size_t> run_peer(const std::vector<std::string> &argv, const fs::path &cwd) {
   Pipe out;
   const auto t0 = Clock::now();
-  pid_t pid = spawn(argv, {"PATH=/usr/bin:/bin", "LC_ALL=C"}, -1, out.write, -1,
-                    cwd.c_str());
+  pid_t pid = spawn(argv, {"PATH=/usr/bin:/bin", "LC_ALL=C"}, -1, out.write, -1, cwd.c_str());
   out.close_write();
   std::size_t bytes = 0;
   char chunk[65536];
   for (;;) {
     ssize_t n = ::read(out.read, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
     bytes += static_cast<std::size_t>(n);
   }
   reap(pid);
@@ -1135,8 +978,7 @@ std::pair<double, std::size_t> run_peer(const std::vector<std::string> &argv,
 
 fs::path make_file_tree() {
   const fs::path root = "/tmp/subagent-bench-files";
-  if (fs::exists(root / ".complete"))
-    return root;
+  if (fs::exists(root / ".complete")) return root;
   fs::remove_all(root);
   std::printf("  creating 2 x 100,000 files under %s (once)\n", root.c_str());
   std::fflush(stdout);
@@ -1146,30 +988,24 @@ fs::path make_file_tree() {
     fs::create_directories(root / dir);
     for (int f = 0; f < 1000; ++f) {
       char name[96];
-      std::snprintf(name, sizeof name, "%s/f%05d.%s", dir, d * 1000 + f,
-                    f % 2 ? "h" : "c");
-      int fd =
-          ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-      if (fd >= 0)
-        ::close(fd);
+      std::snprintf(name, sizeof name, "%s/f%05d.%s", dir, d * 1000 + f, f % 2 ? "h" : "c");
+      int fd = ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
     }
   }
   fs::create_directories(root / "flat");
   for (int f = 0; f < 100000; ++f) {
     char name[64];
     std::snprintf(name, sizeof name, "flat/e%06d.txt", f);
-    int fd =
-        ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0)
-      ::close(fd);
+    int fd = ::open((root / name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
   }
   std::ofstream(root / ".complete") << "ok\n";
   return root;
 }
 
 void bench_tools(const Options &o, const Env &env) {
-  std::printf(
-      "[tools] the child's tools inside the sandbox vs ripgrep / find / ls\n");
+  std::printf("[tools] the child's tools inside the sandbox vs ripgrep / find / ls\n");
   const int iterations = o.quick ? 3 : 9, warmup = 1;
   const fs::path include = "/usr/include";
   const fs::path files = make_file_tree();
@@ -1179,57 +1015,51 @@ void bench_tools(const Options &o, const Env &env) {
     fs::path workspace;
     std::vector<std::string> peer_argv;
     std::string peer_name;
-    std::string target; // "" for none
+    std::string target;  // "" for none
     double target_max = 0;
   };
-  const std::vector<std::string> rg_common = {
-      env.rg,          "--no-config", "--no-ignore", "--hidden",
-      "--no-messages", "-n",          "-s"};
+  const std::vector<std::string> rg_common = {env.rg,          "--no-config", "--no-ignore", "--hidden",
+                                              "--no-messages", "-n",          "-s"};
   auto rg = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = rg_common;
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const std::string lit = "EPOLLEXCLUSIVE",
-                    re = R"(define\s+[A-Z_]+_MAGIC\s+0x)";
+  const std::string lit = "EPOLLEXCLUSIVE", re = R"(define\s+[A-Z_]+_MAGIC\s+0x)";
   std::vector<Case> cases;
   if (!env.rg.empty()) {
-    cases.push_back(
-        {"grep literal",
-         "grep",
-         {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
-         include,
-         rg({"-e", lit, "."}),
-         "rg",
-         "<= 2x",
-         2.0});
-    cases.push_back(
-        {"grep literal",
-         "grep",
-         {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
-         include,
-         rg({"-j1", "-e", lit, "."}),
-         "rg -j1",
-         "",
-         0});
-    cases.push_back(
-        {"grep regex",
-         "grep",
-         {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
-         include,
-         rg({"-e", re, "."}),
-         "rg",
-         "<= 2x",
-         2.0});
-    cases.push_back(
-        {"grep regex",
-         "grep",
-         {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
-         include,
-         rg({"-j1", "-e", re, "."}),
-         "rg -j1",
-         "",
-         0});
+    cases.push_back({"grep literal",
+                     "grep",
+                     {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
+                     include,
+                     rg({"-e", lit, "."}),
+                     "rg",
+                     "<= 2x",
+                     2.0});
+    cases.push_back({"grep literal",
+                     "grep",
+                     {{"pattern", lit}, {"max_matches", 10000}, {"max_per_file", 10000}},
+                     include,
+                     rg({"-j1", "-e", lit, "."}),
+                     "rg -j1",
+                     "",
+                     0});
+    cases.push_back({"grep regex",
+                     "grep",
+                     {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
+                     include,
+                     rg({"-e", re, "."}),
+                     "rg",
+                     "<= 2x",
+                     2.0});
+    cases.push_back({"grep regex",
+                     "grep",
+                     {{"pattern", re}, {"max_matches", 10000}, {"max_per_file", 10000}},
+                     include,
+                     rg({"-j1", "-e", re, "."}),
+                     "rg -j1",
+                     "",
+                     0});
   }
   cases.push_back({"glob **/*.c, 100k files",
                    "glob",
@@ -1252,8 +1082,7 @@ void bench_tools(const Options &o, const Env &env) {
   std::map<fs::path, std::unique_ptr<ToolRunner>> runners;
   for (const Case &c : cases) {
     auto &runner = runners[c.workspace];
-    if (!runner)
-      runner = std::make_unique<ToolRunner>(env, c.workspace);
+    if (!runner) runner = std::make_unique<ToolRunner>(env, c.workspace);
     std::vector<double> tool_us, peer_us;
     std::string tail;
     std::size_t peer_bytes = 0;
@@ -1276,16 +1105,14 @@ void bench_tools(const Options &o, const Env &env) {
         b = one_peer();
         a = one_tool();
       }
-      if (i < warmup)
-        continue;
+      if (i < warmup) continue;
       tool_us.push_back(a);
       peer_us.push_back(b);
     }
     const Stats t = stats(tool_us), p = stats(peer_us);
     const double ratio = t.p50 / p.p50;
-    std::printf("  %-26s tool p50 %.1f ms; %s p50 %.1f ms; tool says: %s\n",
-                c.name.c_str(), t.p50 / 1000, c.peer_name.c_str(), p.p50 / 1000,
-                tail.c_str());
+    std::printf("  %-26s tool p50 %.1f ms; %s p50 %.1f ms; tool says: %s\n", c.name.c_str(), t.p50 / 1000,
+                c.peer_name.c_str(), p.p50 / 1000, tail.c_str());
     j["cases"].push_back({{"name", c.name},
                           {"tool", c.tool},
                           {"args", c.args},
@@ -1296,28 +1123,23 @@ void bench_tools(const Options &o, const Env &env) {
                           {"tool_summary", tail},
                           {"peer_output_bytes", peer_bytes},
                           {"ratio_p50", ratio}});
-    add_row({"6 tools", c.name + " vs " + c.peer_name + ", p50", us(t.p50),
-             us(p.p50), fmt("%.2fx", ratio), c.target.empty() ? "-" : c.target,
-             c.target.empty() ? "-" : (ratio <= c.target_max ? "yes" : "NO")});
+    add_row({"6 tools", c.name + " vs " + c.peer_name + ", p50", us(t.p50), us(p.p50), fmt("%.2fx", ratio),
+             c.target.empty() ? "-" : c.target, c.target.empty() ? "-" : (ratio <= c.target_max ? "yes" : "NO")});
   }
   runners.clear();
   write_json(o, "tools", j);
 }
-
 
 // ---- 7. broker round trip while eight children spawn
 // ---------------------------------------------
 
 // Runs a command (absolute path) to completion; throws when it fails.
 void run_checked(const std::vector<std::string> &argv, const fs::path &cwd) {
-  pid_t pid = spawn(argv,
-                    {"PATH=/usr/bin:/bin", "HOME=" + cwd.string(),
-                     "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C"},
-                    -1, -1, -1, cwd.c_str());
+  pid_t pid = spawn(argv, {"PATH=/usr/bin:/bin", "HOME=" + cwd.string(), "GIT_CONFIG_NOSYSTEM=1", "LC_ALL=C"}, -1, -1,
+                    -1, cwd.c_str());
   int status = reap(pid);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error("spawnload: '" + argv[0] + " " +
-                             (argv.size() > 1 ? argv[1] : "") + "' failed");
+    throw std::runtime_error("spawnload: '" + argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + "' failed");
 }
 
 // A git repository of `files` files of about 2 KiB in 40 directories, one
@@ -1330,15 +1152,12 @@ void make_repository(const fs::path &repo, int files) {
     fs::create_directories((repo / rel).parent_path());
     std::ofstream out(repo / rel);
     for (int line = 0; line < 40; ++line)
-      out << "int f" << f << "_" << line << "(int x) { return x * " << line
-          << "; } /* padding padding */\n";
+      out << "int f" << f << "_" << line << "(int x) { return x * " << line << "; } /* padding padding */\n";
   }
   const std::string git = "/usr/bin/git";
   run_checked({git, "init", "-q"}, repo);
   run_checked({git, "add", "-A"}, repo);
-  run_checked({git, "-c", "user.name=bench", "-c", "user.email=bench@invalid",
-               "commit", "-q", "-m", "bench"},
-              repo);
+  run_checked({git, "-c", "user.name=bench", "-c", "user.email=bench@invalid", "commit", "-q", "-m", "bench"}, repo);
 }
 
 // The policy directory with explore and implementation copied, explore's
@@ -1346,19 +1165,15 @@ void make_repository(const fs::path &repo, int files) {
 // every millisecond for the whole run and report every sample.
 void copy_policies(const fs::path &to) {
   fs::create_directories(to);
-  for (const auto &f :
-       fs::directory_iterator(fs::path(SUBAGENT_SOURCE_DIR) / "policies")) {
+  for (const auto &f : fs::directory_iterator(fs::path(SUBAGENT_SOURCE_DIR) / "policies")) {
     std::ifstream in(f.path());
-    std::string text((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (f.path().filename() == "explore.json") {
       for (auto [from, repl] :
-           {std::pair<std::string, std::string>{"\"max_tool_calls\": 200",
-                                                "\"max_tool_calls\": 10000000"},
+           {std::pair<std::string, std::string>{"\"max_tool_calls\": 200", "\"max_tool_calls\": 10000000"},
             {"\"answer_bytes\": 48000", "\"answer_bytes\": 8000000"}}) {
         auto at = text.find(from);
-        if (at == std::string::npos)
-          throw std::runtime_error("spawnload: explore.json has no " + from);
+        if (at == std::string::npos) throw std::runtime_error("spawnload: explore.json has no " + from);
         text.replace(at, from.size(), repl);
       }
     }
@@ -1367,24 +1182,23 @@ void copy_policies(const fs::path &to) {
 }
 
 struct Sample {
-  double start_us; // steady_clock, microseconds since its epoch
+  double start_us;  // steady_clock, microseconds since its epoch
   double value_us;
 };
 
 double steady_us(Clock::time_point t) {
-  return std::chrono::duration<double, std::micro>(t.time_since_epoch())
-      .count();
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
 }
 
 void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
-  std::printf("[spawnload] one child's broker round trip while eight others "
-              "spawn at once, all through one Hub\n");
+  std::printf(
+      "[spawnload] one child's broker round trip while eight others "
+      "spawn at once, all through one Hub\n");
   const double seconds = o.quick ? 10 : 30;
   const auto quiet = std::chrono::milliseconds(600);
   const int burst = 8;
   char tmpl[] = "/tmp/subagent-bench-load-XXXXXX";
-  if (!::mkdtemp(tmpl))
-    fail_errno("mkdtemp");
+  if (!::mkdtemp(tmpl)) fail_errno("mkdtemp");
   const fs::path root = fs::canonical(tmpl);
   struct RemoveOnExit {
     fs::path dir;
@@ -1396,8 +1210,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   const fs::path repo = root / "repo";
   make_repository(repo, 1000);
   copy_policies(root / "policies");
-  std::ofstream(root / "model.jsonl")
-      << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
+  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
 
   supervisor::HubConfig cfg;
   cfg.policy_dir = root / "policies";
@@ -1409,19 +1222,14 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   cfg.parent = "bench";
   cfg.workspaces = {root / "locks", root / "state"};
   supervisor::TranscriptOptions topt;
-  topt.dir = root / "transcripts"; // the real path: every write fsync'd
-  cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(
-      topt, supervisor::default_scrubber());
+  topt.dir = root / "transcripts";  // the real path: every write fsync'd
+  cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(topt, supervisor::default_scrubber());
   cfg.max_line = 16u << 20;
-  cfg.on_log = [](const std::string &line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  };
+  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   std::string pinger_id;
   bool pinger_hello = false;
   cfg.on_event = [&](const json &e) {
-    if (!pinger_id.empty() && e.value("child", "") == pinger_id &&
-        e.value("event", "") == "hello")
-      pinger_hello = true;
+    if (!pinger_id.empty() && e.value("child", "") == pinger_id && e.value("event", "") == "hello") pinger_hello = true;
   };
   supervisor::Hub hub(io, cfg);
 
@@ -1432,8 +1240,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   std::function<void(Clock::time_point)> arm = [&](Clock::time_point due) {
     probe.expires_at(due);
     probe.async_wait([&, due](boost::system::error_code ec) {
-      if (ec || !probing)
-        return;
+      if (ec || !probing) return;
       const auto now = Clock::now();
       lateness.push_back({steady_us(due), us_between(due, now)});
       arm(std::max(due + std::chrono::milliseconds(2), now));
@@ -1446,8 +1253,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   pinger.brief = fmt("paced %.0f 1000", seconds);
   pinger.description = "bench: the child whose round trips are timed";
   pinger.workspace = repo;
-  pinger_id =
-      hub.spawn(pinger, [&](const proto::Envelope &e) { pinger_env = e; });
+  pinger_id = hub.spawn(pinger, [&](const proto::Envelope &e) { pinger_env = e; });
   run_until(io, [&] { return pinger_hello || pinger_env.has_value(); });
   arm(Clock::now());
 
@@ -1468,8 +1274,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   int rounds = 0;
   while (!pinger_env) {
     run_for(quiet);
-    if (pinger_env)
-      break;
+    if (pinger_env) break;
     int delivered = 0;
     const auto t0 = Clock::now();
     // As a front end does: the spawn requests arrive in one handler on the
@@ -1483,8 +1288,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
         r.workspace = repo;
         hub.spawn(r, [&](const proto::Envelope &e) {
           ++delivered;
-          if (e.status != proto::Status::completed && failure.empty())
-            failure = e.reason;
+          if (e.status != proto::Status::completed && failure.empty()) failure = e.reason;
         });
       }
     });
@@ -1493,9 +1297,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
     bursts.push_back({steady_us(t0), steady_us(t1)});
     burst_ms.push_back(us_between(t0, t1) / 1000);
     ++rounds;
-    if (!failure.empty())
-      throw std::runtime_error("spawnload: a spawned child failed: " +
-                               failure);
+    if (!failure.empty()) throw std::runtime_error("spawnload: a spawned child failed: " + failure);
   }
   probing = false;
   probe.cancel();
@@ -1504,8 +1306,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   hub.shutdown("benchmark done", [&] { hub_done = true; });
   run_until(io, [&] { return hub_done; });
   if (pinger_env->status != proto::Status::completed)
-    throw std::runtime_error("spawnload: the timed child did not complete: " +
-                             pinger_env->reason);
+    throw std::runtime_error("spawnload: the timed child did not complete: " + pinger_env->reason);
 
   std::vector<Sample> rtt;
   {
@@ -1513,15 +1314,12 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
     std::string item;
     while (in >> item) {
       auto colon = item.find(':');
-      if (colon == std::string::npos)
-        continue;
-      rtt.push_back({std::stod(item.substr(0, colon)) / 1000.0,
-                     std::stod(item.substr(colon + 1)) / 1000.0});
+      if (colon == std::string::npos) continue;
+      rtt.push_back({std::stod(item.substr(0, colon)) / 1000.0, std::stod(item.substr(colon + 1)) / 1000.0});
     }
   }
   if (rtt.empty() || bursts.empty())
-    throw std::runtime_error("spawnload: no samples (answer of " +
-                             std::to_string(pinger_env->answer.text.size()) +
+    throw std::runtime_error("spawnload: no samples (answer of " + std::to_string(pinger_env->answer.text.size()) +
                              " bytes, " + std::to_string(rounds) + " rounds)");
   // A sample belongs to a burst when it started inside one; "quiet" samples
   // are the others after the first burst began (the pinger's start is
@@ -1529,39 +1327,41 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   auto split = [&](const std::vector<Sample> &v) {
     std::pair<std::vector<double>, std::vector<double>> out;
     for (const Sample &x : v) {
-      if (x.start_us < bursts.front().from - 1e6 * 0.5)
-        continue;
+      if (x.start_us < bursts.front().from - 1e6 * 0.5) continue;
       bool in_burst = false;
       for (const Window &w : bursts)
-        if (x.start_us >= w.from && x.start_us <= w.to)
-          in_burst = true;
+        if (x.start_us >= w.from && x.start_us <= w.to) in_burst = true;
       (in_burst ? out.first : out.second).push_back(x.value_us);
     }
     return out;
   };
   auto [rtt_burst, rtt_quiet] = split(rtt);
   auto [late_burst, late_quiet] = split(lateness);
-  const Stats rb = stats(rtt_burst), rq = stats(rtt_quiet),
-              lb = stats(late_burst), lq = stats(late_quiet),
+  const Stats rb = stats(rtt_burst), rq = stats(rtt_quiet), lb = stats(late_burst), lq = stats(late_quiet),
               bm = stats(burst_ms);
-  std::printf("  %d rounds of %d spawns; burst (first spawn to last envelope) "
-              "p50 %.0f ms\n",
-              rounds, burst, bm.p50);
-  std::printf("  round trip while spawning: p50 %.1f us p99 %.1f us max %.1f "
-              "us (n %zu)\n",
-              rb.p50, rb.p99, rb.max, rb.n);
-  std::printf("  round trip quiet:          p50 %.1f us p99 %.1f us max %.1f "
-              "us (n %zu)\n",
-              rq.p50, rq.p99, rq.max, rq.n);
-  std::printf("  loop lateness while spawning: p50 %.0f us p99 %.0f us max "
-              "%.0f us; quiet p99 %.0f us\n",
-              lb.p50, lb.p99, lb.max, lq.p99);
-  json j = {{"what", "microseconds per tool_request/tool_decision round trip "
-                     "of one explore child (one every ms, timed in the child) "
-                     "while 8 implementation children (git worktree, "
-                     "transcripts fsync'd, patch, removal) spawn at once "
-                     "through the same Hub, vs. the same child between the "
-                     "bursts; loop lateness: a 2 ms timer on the loop"},
+  std::printf(
+      "  %d rounds of %d spawns; burst (first spawn to last envelope) "
+      "p50 %.0f ms\n",
+      rounds, burst, bm.p50);
+  std::printf(
+      "  round trip while spawning: p50 %.1f us p99 %.1f us max %.1f "
+      "us (n %zu)\n",
+      rb.p50, rb.p99, rb.max, rb.n);
+  std::printf(
+      "  round trip quiet:          p50 %.1f us p99 %.1f us max %.1f "
+      "us (n %zu)\n",
+      rq.p50, rq.p99, rq.max, rq.n);
+  std::printf(
+      "  loop lateness while spawning: p50 %.0f us p99 %.0f us max "
+      "%.0f us; quiet p99 %.0f us\n",
+      lb.p50, lb.p99, lb.max, lq.p99);
+  json j = {{"what",
+             "microseconds per tool_request/tool_decision round trip "
+             "of one explore child (one every ms, timed in the child) "
+             "while 8 implementation children (git worktree, "
+             "transcripts fsync'd, patch, removal) spawn at once "
+             "through the same Hub, vs. the same child between the "
+             "bursts; loop lateness: a 2 ms timer on the loop"},
             {"seconds", seconds},
             {"rounds", rounds},
             {"burst_ms", to_json(bm)},
@@ -1569,30 +1369,26 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
             {"rtt_quiet", to_json(rq)},
             {"loop_lateness_during_spawns", to_json(lb)},
             {"loop_lateness_quiet", to_json(lq)},
-            {"ratios",
-             {{"p50", rb.p50 / rq.p50}, {"p99", rb.p99 / rq.p99}}}};
+            {"ratios", {{"p50", rb.p50 / rq.p50}, {"p99", rb.p99 / rq.p99}}}};
   write_json(o, "spawnload", j);
-  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p50",
-           fmt("%.1f us", rb.p50), fmt("%.1f us", rq.p50),
+  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p50", fmt("%.1f us", rb.p50), fmt("%.1f us", rq.p50),
            fmt("%.2fx", rb.p50 / rq.p50), "-", "-"});
-  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p99",
-           us(rb.p99), us(rq.p99), fmt("%.2fx", rb.p99 / rq.p99), "-", "-"});
-  add_row({"7 spawn load", "loop lateness while 8 spawn vs quiet, p99",
-           us(lb.p99), us(lq.p99), fmt("%.2fx", lb.p99 / lq.p99), "-", "-"});
+  add_row({"7 spawn load", "round trip while 8 spawn vs quiet, p99", us(rb.p99), us(rq.p99),
+           fmt("%.2fx", rb.p99 / rq.p99), "-", "-"});
+  add_row({"7 spawn load", "loop lateness while 8 spawn vs quiet, p99", us(lb.p99), us(lq.p99),
+           fmt("%.2fx", lb.p99 / lq.p99), "-", "-"});
 }
 
 // ---- main
 // ----------------------------------------------------------------------------------------
 
-std::string first_line_with(const std::string &file,
-                            const std::string &prefix) {
+std::string first_line_with(const std::string &file, const std::string &prefix) {
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
     if (line.rfind(prefix, 0) == 0) {
       auto colon = line.find(':');
-      std::string v =
-          colon == std::string::npos ? line : line.substr(colon + 1);
+      std::string v = colon == std::string::npos ? line : line.substr(colon + 1);
       v.erase(0, v.find_first_not_of(" \t"));
       return v;
     }
@@ -1602,13 +1398,12 @@ std::string first_line_with(const std::string &file,
 std::string which(const std::string &name) {
   for (const char *dir : {"/usr/bin", "/bin", "/usr/local/bin"}) {
     fs::path p = fs::path(dir) / name;
-    if (::access(p.c_str(), X_OK) == 0)
-      return p.string();
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
   }
   return {};
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
   Options o;
@@ -1620,17 +1415,15 @@ int main(int argc, char **argv) {
     } else if (a == "--only" && i + 1 < argc) {
       std::stringstream list(argv[++i]);
       std::string name;
-      while (std::getline(list, name, ','))
-        o.only.push_back(name);
+      while (std::getline(list, name, ',')) o.only.push_back(name);
     } else if (a == "--quick") {
       o.quick = true;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] "
-          "[--quick]\n"
-          "names: spawn, broker, concurrent, memory, enforcement, tools, "
-          "spawnload\n");
+      std::fprintf(stderr,
+                   "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] "
+                   "[--quick]\n"
+                   "names: spawn, broker, concurrent, memory, enforcement, tools, "
+                   "spawnload\n");
       return 64;
     }
   }
@@ -1641,15 +1434,14 @@ int main(int argc, char **argv) {
     env.subagent_child_static = env.bin_dir / "subagent-child-static";
     env.bench_child = env.bin_dir / "bench_child";
     env.tool_runner = env.bin_dir / "bench_tool_runner";
-    env.explore = std::make_shared<supervisor::Preset>(supervisor::load_preset(
-        "explore", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
+    env.explore = std::make_shared<supervisor::Preset>(
+        supervisor::load_preset("explore", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
     env.bwrap = which("bwrap");
     env.rg = which("rg");
     char ws[] = "/tmp/subagent-bench-ws-XXXXXX";
-    if (!::mkdtemp(ws))
-      fail_errno("mkdtemp");
+    if (!::mkdtemp(ws)) fail_errno("mkdtemp");
     env.workspace = fs::canonical(ws);
-    struct RemoveOnExit { // also when a benchmark throws
+    struct RemoveOnExit {  // also when a benchmark throws
       fs::path dir;
       ~RemoveOnExit() {
         std::error_code ec;
@@ -1657,45 +1449,35 @@ int main(int argc, char **argv) {
       }
     } remove_workspace{env.workspace};
     fs::create_directories(env.workspace / "src");
-    std::ofstream(env.workspace / "src" / "main.c")
-        << "int main(void) { return 0; } /* TODO */\n";
-    env.child_env = {"PATH=/usr/bin:/bin", "HOME=" + env.workspace.string(),
-                     "SUBAGENT_CHILD_ID=000000000000"};
+    std::ofstream(env.workspace / "src" / "main.c") << "int main(void) { return 0; } /* TODO */\n";
+    env.child_env = {"PATH=/usr/bin:/bin", "HOME=" + env.workspace.string(), "SUBAGENT_CHILD_ID=000000000000"};
 
     ::signal(SIGPIPE, SIG_IGN);
     asio::io_context io;
     struct utsname uts {};
     ::uname(&uts);
-    std::printf("subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load at "
-                "start %s\n",
-                ::sysconf(_SC_NPROCESSORS_ONLN),
-                first_line_with("/proc/cpuinfo", "model name").c_str(),
-                uts.release, static_cast<int>(::geteuid()),
-                first_line_with("/proc/loadavg", "").c_str());
+    std::printf(
+        "subagent_bench: %ld CPUs, %s, kernel %s, euid %d, load at "
+        "start %s\n",
+        ::sysconf(_SC_NPROCESSORS_ONLN), first_line_with("/proc/cpuinfo", "model name").c_str(), uts.release,
+        static_cast<int>(::geteuid()), first_line_with("/proc/loadavg", "").c_str());
     const auto t0 = Clock::now();
-    if (o.wants("spawn"))
-      bench_spawn(o, env, io);
-    if (o.wants("broker"))
-      bench_broker(o, env, io);
-    if (o.wants("concurrent"))
-      bench_concurrent(o, env, io);
-    if (o.wants("memory"))
-      bench_memory(o, env, io);
-    if (o.wants("enforcement"))
-      bench_enforcement(o, env, io);
-    if (o.wants("tools"))
-      bench_tools(o, env);
-    if (o.wants("spawnload"))
-      bench_spawnload(o, env, io);
+    if (o.wants("spawn")) bench_spawn(o, env, io);
+    if (o.wants("broker")) bench_broker(o, env, io);
+    if (o.wants("concurrent")) bench_concurrent(o, env, io);
+    if (o.wants("memory")) bench_memory(o, env, io);
+    if (o.wants("enforcement")) bench_enforcement(o, env, io);
+    if (o.wants("tools")) bench_tools(o, env);
+    if (o.wants("spawnload")) bench_spawnload(o, env, io);
 
-    std::printf("\n| benchmark | measure | subject | baseline | ratio | target "
-                "| met |\n");
+    std::printf(
+        "\n| benchmark | measure | subject | baseline | ratio | target "
+        "| met |\n");
     std::printf("|---|---|---:|---:|---:|---|---|\n");
     json rows = json::array();
     for (const Row &r : g_rows) {
-      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.bench.c_str(),
-                  r.measure.c_str(), r.subject.c_str(), r.baseline.c_str(),
-                  r.ratio.c_str(), r.target.c_str(), r.met.c_str());
+      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.bench.c_str(), r.measure.c_str(), r.subject.c_str(),
+                  r.baseline.c_str(), r.ratio.c_str(), r.target.c_str(), r.met.c_str());
       rows.push_back({{"benchmark", r.bench},
                       {"measure", r.measure},
                       {"subject", r.subject},
@@ -1704,22 +1486,18 @@ int main(int argc, char **argv) {
                       {"target", r.target},
                       {"met", r.met}});
     }
-    json summary = {
-        {"machine",
-         {{"nproc", ::sysconf(_SC_NPROCESSORS_ONLN)},
-          {"cpu", first_line_with("/proc/cpuinfo", "model name")},
-          {"kernel", uts.release},
-          {"euid", ::geteuid()},
-          {"loadavg_at_end", first_line_with("/proc/loadavg", "")}}},
-        {"quick", o.quick},
-        {"seconds", us_between(t0, Clock::now()) / 1e6},
-        {"rows", rows}};
-    if (o.only.empty())
-      write_json(o, "summary", summary);
-    std::printf("\n(%.0f s; load at end %s; results in %s)\n",
-                us_between(t0, Clock::now()) / 1e6,
-                first_line_with("/proc/loadavg", "").c_str(),
-                o.results.c_str());
+    json summary = {{"machine",
+                     {{"nproc", ::sysconf(_SC_NPROCESSORS_ONLN)},
+                      {"cpu", first_line_with("/proc/cpuinfo", "model name")},
+                      {"kernel", uts.release},
+                      {"euid", ::geteuid()},
+                      {"loadavg_at_end", first_line_with("/proc/loadavg", "")}}},
+                    {"quick", o.quick},
+                    {"seconds", us_between(t0, Clock::now()) / 1e6},
+                    {"rows", rows}};
+    if (o.only.empty()) write_json(o, "summary", summary);
+    std::printf("\n(%.0f s; load at end %s; results in %s)\n", us_between(t0, Clock::now()) / 1e6,
+                first_line_with("/proc/loadavg", "").c_str(), o.results.c_str());
   } catch (const std::exception &e) {
     std::fprintf(stderr, "subagent_bench: %s\n", e.what());
     return 1;

@@ -302,14 +302,22 @@ Report parse_report(const std::string& text) {
     std::string t = trim(line);
     if (t.rfind("#", 0) == 0) {
       std::string h = t.substr(t.find_first_not_of('#'));
-      if (icontains(h, "summary")) current = &r.summary;
-      else if (icontains(h, "evidence")) current = &evidence;
-      else if (icontains(h, "files")) current = &files;
-      else if (icontains(h, "command") || icontains(h, "tests")) current = &commands;
-      else if (icontains(h, "risk")) current = &r.risks;
-      else if (icontains(h, "found") || icontains(h, "did") || icontains(h, "finding")) current = &r.found;
-      else if (current) *current += line + "\n";
-      else preamble += line + "\n";
+      if (icontains(h, "summary"))
+        current = &r.summary;
+      else if (icontains(h, "evidence"))
+        current = &evidence;
+      else if (icontains(h, "files"))
+        current = &files;
+      else if (icontains(h, "command") || icontains(h, "tests"))
+        current = &commands;
+      else if (icontains(h, "risk"))
+        current = &r.risks;
+      else if (icontains(h, "found") || icontains(h, "did") || icontains(h, "finding"))
+        current = &r.found;
+      else if (current)
+        *current += line + "\n";
+      else
+        preamble += line + "\n";
     } else if (current) {
       *current += line + "\n";
     } else {
@@ -349,8 +357,8 @@ std::string render_report(const Report& r) {
 }
 
 nlohmann::json to_json(const Report& r) {
-  return {{"summary", r.summary},   {"found", r.found},       {"evidence", r.evidence},
-          {"files_changed", r.files_changed}, {"commands", r.commands}, {"risks", r.risks}};
+  return {{"summary", r.summary},   {"found", r.found}, {"evidence", r.evidence}, {"files_changed", r.files_changed},
+          {"commands", r.commands}, {"risks", r.risks}};
 }
 
 int run_agent(int in_fd, int out_fd, TrimOptions trim) { return Agent(in_fd, out_fd, trim).run(); }

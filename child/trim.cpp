@@ -71,9 +71,12 @@ TrimOptions parse_trim_flags(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw std::invalid_argument(f + " needs a value");
       return args[++i];
     };
-    if (f == "--no-trim") o.enabled = false;
-    else if (f == "--trim-threshold-bytes") o.threshold_bytes = number(f, value());
-    else if (f == "--trim-keep-turns") o.keep_turns = number(f, value());
+    if (f == "--no-trim")
+      o.enabled = false;
+    else if (f == "--trim-threshold-bytes")
+      o.threshold_bytes = number(f, value());
+    else if (f == "--trim-keep-turns")
+      o.keep_turns = number(f, value());
     else if (f == "--trim-block") {
       o.block = number(f, value());
       if (o.block == 0) throw std::invalid_argument("--trim-block must be at least 1");

@@ -9,31 +9,43 @@ namespace protocol {
 
 const char* to_string(Status s) noexcept {
   switch (s) {
-    case Status::completed: return "completed";
-    case Status::budget_exhausted: return "budget_exhausted";
-    case Status::timeout: return "timeout";
-    case Status::cancelled: return "cancelled";
-    case Status::failed: return "failed";
-    case Status::protocol_error: return "protocol_error";
+    case Status::completed:
+      return "completed";
+    case Status::budget_exhausted:
+      return "budget_exhausted";
+    case Status::timeout:
+      return "timeout";
+    case Status::cancelled:
+      return "cancelled";
+    case Status::failed:
+      return "failed";
+    case Status::protocol_error:
+      return "protocol_error";
   }
   return "failed";
 }
 
 std::optional<Status> status_from_string(std::string_view s) noexcept {
-  for (Status st : {Status::completed, Status::budget_exhausted, Status::timeout, Status::cancelled,
-                    Status::failed, Status::protocol_error})
+  for (Status st : {Status::completed, Status::budget_exhausted, Status::timeout, Status::cancelled, Status::failed,
+                    Status::protocol_error})
     if (s == to_string(st)) return st;
   return std::nullopt;
 }
 
 int exit_code_for(Status s) noexcept {
   switch (s) {
-    case Status::completed: return 0;
-    case Status::budget_exhausted: return 2;
-    case Status::timeout: return 3;
-    case Status::cancelled: return 4;
-    case Status::failed: return 5;
-    case Status::protocol_error: return 6;
+    case Status::completed:
+      return 0;
+    case Status::budget_exhausted:
+      return 2;
+    case Status::timeout:
+      return 3;
+    case Status::cancelled:
+      return 4;
+    case Status::failed:
+      return 5;
+    case Status::protocol_error:
+      return 6;
   }
   return 5;
 }

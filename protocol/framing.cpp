@@ -6,10 +6,14 @@ namespace protocol {
 
 const char* to_string(FrameError e) noexcept {
   switch (e) {
-    case FrameError::none: return "none";
-    case FrameError::line_too_long: return "line_too_long";
-    case FrameError::invalid_utf8: return "invalid_utf8";
-    case FrameError::truncated: return "truncated";
+    case FrameError::none:
+      return "none";
+    case FrameError::line_too_long:
+      return "line_too_long";
+    case FrameError::invalid_utf8:
+      return "invalid_utf8";
+    case FrameError::truncated:
+      return "truncated";
   }
   return "unknown";
 }
@@ -42,8 +46,7 @@ bool is_valid_utf8(std::string_view s) noexcept {
       if ((p[i] & 0xC0) != 0x80) return false;
       cp = (cp << 6) | (p[i] & 0x3F);
     }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
       return false;
     p += n + 1;
   }

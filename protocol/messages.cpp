@@ -149,9 +149,12 @@ bool nesting_within(std::string_view text, std::size_t max_depth) noexcept {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -315,18 +318,20 @@ json to_json(const Usage& u) {
 }
 
 json to_json(const Limits& l) {
-  return {{"max_steps", l.max_steps},         {"max_tool_calls", l.max_tool_calls},
-          {"max_tokens", l.max_tokens},       {"timeout_ms", l.timeout_ms},
-          {"summary_bytes", l.summary_bytes}, {"answer_bytes", l.answer_bytes},
-          {"tool_result_bytes", l.tool_result_bytes}, {"max_thinking_tokens", l.max_thinking_tokens},
+  return {{"max_steps", l.max_steps},
+          {"max_tool_calls", l.max_tool_calls},
+          {"max_tokens", l.max_tokens},
+          {"timeout_ms", l.timeout_ms},
+          {"summary_bytes", l.summary_bytes},
+          {"answer_bytes", l.answer_bytes},
+          {"tool_result_bytes", l.tool_result_bytes},
+          {"max_thinking_tokens", l.max_thinking_tokens},
           {"wrap_up_grace_ms", l.wrap_up_grace_ms}};
 }
 
 namespace {
 struct ChildEncoder {
-  json operator()(const Hello& m) const {
-    return {{"type", "hello"}, {"versions", m.versions}, {"agent", m.agent}};
-  }
+  json operator()(const Hello& m) const { return {{"type", "hello"}, {"versions", m.versions}, {"agent", m.agent}}; }
   json operator()(const ModelRequest& m) const {
     json j{{"type", "model_request"}, {"id", m.id}, {"messages", m.messages}, {"tools", m.tools}};
     if (m.max_tokens) j["max_tokens"] = *m.max_tokens;
@@ -343,9 +348,7 @@ struct ChildEncoder {
   json operator()(const Final& m) const {
     return {{"type", "final"}, {"summary", m.summary}, {"answer", m.answer}, {"report", m.report}};
   }
-  json operator()(const Log& m) const {
-    return {{"type", "log"}, {"level", m.level}, {"message", m.message}};
-  }
+  json operator()(const Log& m) const { return {{"type", "log"}, {"level", m.level}, {"message", m.message}}; }
 };
 
 struct SupervisorEncoder {
@@ -363,31 +366,23 @@ struct SupervisorEncoder {
   }
   json operator()(const ModelResponse& m) const {
     json calls = json::array();
-    for (const auto& c : m.tool_calls)
-      calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
-    return {{"type", "model_response"}, {"id", m.id},
-            {"content", m.content},     {"tool_calls", std::move(calls)},
+    for (const auto& c : m.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+    return {{"type", "model_response"},  {"id", m.id},
+            {"content", m.content},      {"tool_calls", std::move(calls)},
             {"usage", to_json(m.usage)}, {"finish_reason", m.finish_reason}};
   }
   json operator()(const ModelError& m) const {
     return {{"type", "model_error"}, {"id", m.id}, {"code", m.code}, {"message", m.message}};
   }
   json operator()(const ToolDecision& m) const {
-    return {{"type", "tool_decision"},
-            {"id", m.id},
-            {"decision", m.allow ? "allow" : "deny"},
-            {"reason", m.reason}};
+    return {{"type", "tool_decision"}, {"id", m.id}, {"decision", m.allow ? "allow" : "deny"}, {"reason", m.reason}};
   }
   json operator()(const ToolResult& m) const {
     return {{"type", "tool_result"}, {"id", m.id}, {"ok", m.ok}, {"content", m.content}};
   }
-  json operator()(const WrapUp& m) const {
-    return {{"type", "wrap_up"}, {"reason", m.reason}, {"budget", m.budget}};
-  }
+  json operator()(const WrapUp& m) const { return {{"type", "wrap_up"}, {"reason", m.reason}, {"budget", m.budget}}; }
   json operator()(const Cancel& m) const { return {{"type", "cancel"}, {"reason", m.reason}}; }
-  json operator()(const Error& m) const {
-    return {{"type", "error"}, {"code", m.code}, {"message", m.message}};
-  }
+  json operator()(const Error& m) const { return {{"type", "error"}, {"code", m.code}, {"message", m.message}}; }
 };
 
 struct ChildTypeName {

@@ -18,9 +18,12 @@ std::vector<ToolInfo> parse_catalogue() {
     ToolInfo info;
     info.name = t.at("name").get<std::string>();
     const std::string where = t.at("runs_in").get<std::string>();
-    if (where == "child") info.runs_in = RunsIn::child;
-    else if (where == "supervisor") info.runs_in = RunsIn::supervisor;
-    else throw std::logic_error("protocol/tools.json: " + info.name + ".runs_in must be child or supervisor");
+    if (where == "child")
+      info.runs_in = RunsIn::child;
+    else if (where == "supervisor")
+      info.runs_in = RunsIn::supervisor;
+    else
+      throw std::logic_error("protocol/tools.json: " + info.name + ".runs_in must be child or supervisor");
     info.description = t.at("description").get<std::string>();
     info.input_schema = t.at("input_schema");
     if (!info.input_schema.is_object())

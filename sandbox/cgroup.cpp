@@ -102,9 +102,7 @@ bool find_mount(const std::string& controller, Mount* found) {
     if (dash + 3 >= f.size()) continue;  // fields: ... root point options [optional...] - type source super
     const std::string& type = f[dash + 1];
     const std::string& options = f[dash + 3];
-    if (controller.empty() ? type != "cgroup2"
-                           : type != "cgroup" || !has_word(options, ',', controller))
-      continue;
+    if (controller.empty() ? type != "cgroup2" : type != "cgroup" || !has_word(options, ',', controller)) continue;
     *found = {unescape(f[3]), unescape(f[4])};
     return true;
   }
@@ -148,8 +146,7 @@ ControllerRoot find_v1(const std::string& name) {
   if (!find_mount(name, &m)) return {"", 0, false, "no cgroup v1 hierarchy carries " + name};
   std::string own;
   if (!own_directory(m, own_cgroup(name), &own))
-    return {"", 1, false,
-            "cgroup v1 " + name + ": this process's cgroup is outside the mount at " + m.point};
+    return {"", 1, false, "cgroup v1 " + name + ": this process's cgroup is outside the mount at " + m.point};
   std::string parent = own + "/" + kDirName;
   if (::mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
     return {"", 1, false, "cgroup v1 " + name + ": " + cannot("cannot create", parent, errno)};
@@ -171,8 +168,8 @@ ControllerRoot find_v2(const std::string& name) {
   const std::string own = own_cgroup("");
   if (own != "/")
     return {"", 2, false,
-            "cgroup v2: the supervisor's cgroup " + own +
-                " is not the root of its cgroup namespace, so " + name + " cannot be delegated"};
+            "cgroup v2: the supervisor's cgroup " + own + " is not the root of its cgroup namespace, so " + name +
+                " cannot be delegated"};
   int err = 0;
   const std::string base = m.point, parent = base + "/" + kDirName;
   if (!write_text(base + "/cgroup.subtree_control", "+" + name, &err))
@@ -201,8 +198,7 @@ ControllerRoot find_root(Controller c) {
 }
 
 void fail_write(const std::string& dir, const char* file, const std::string& text, int err) {
-  throw SandboxError("tree limits: cannot write '" + text + "' to " + dir + "/" + file + ": " +
-                     std::strerror(err));
+  throw SandboxError("tree limits: cannot write '" + text + "' to " + dir + "/" + file + ": " + std::strerror(err));
 }
 
 void write_or_throw(const std::string& dir, const char* file, const std::string& text) {
@@ -267,7 +263,8 @@ LaunchCgroups::LaunchCgroups(const CgroupPlan& plan) {
           if (h.swap_file) write_or_throw(dir, "memory.memsw.limit_in_bytes", bytes);
           // Without swap accounting, swappiness 0 keeps the group's pages out of swap (v1 limit
           // reclaim honours 0 strictly), so swap cannot extend the cap either way.
-          else write_or_throw(dir, "memory.swappiness", "0");
+          else
+            write_or_throw(dir, "memory.swappiness", "0");
         } else {
           write_or_throw(dir, "memory.max", bytes);
           if (h.swap_file) write_or_throw(dir, "memory.swap.max", "0");
@@ -278,8 +275,7 @@ LaunchCgroups::LaunchCgroups(const CgroupPlan& plan) {
           write_or_throw(dir, "cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
           write_or_throw(dir, "cpu.cfs_quota_us", std::to_string(l.cpu_quota_us));
         } else {
-          write_or_throw(dir, "cpu.max",
-                         std::to_string(l.cpu_quota_us) + " " + std::to_string(kCpuPeriodUs));
+          write_or_throw(dir, "cpu.max", std::to_string(l.cpu_quota_us) + " " + std::to_string(kCpuPeriodUs));
         }
       }
       if (h.version == 1) {
@@ -313,8 +309,8 @@ LaunchCgroups::~LaunchCgroups() {
 void LaunchCgroups::add_to_v2(pid_t pid) const {
   int err = 0;
   if (!write_text(v2_dir_ + "/cgroup.procs", std::to_string(pid), &err))
-    throw SandboxError("tree limits: cannot move pid " + std::to_string(pid) + " into " + v2_dir_ +
-                       ": " + std::strerror(err));
+    throw SandboxError("tree limits: cannot move pid " + std::to_string(pid) + " into " + v2_dir_ + ": " +
+                       std::strerror(err));
 }
 
 void LaunchCgroups::close_fds() noexcept {
@@ -335,18 +331,15 @@ std::vector<LayerStatus> plan_tree_limits(const Policy& policy, CgroupPlan* plan
   const TreeLimits& t = policy.tree_limits;
   LayerStatus process{Layer::kProcessCap, false, "the policy sets no process limit"};
   if (r.processes && ::getuid() != 0) {
-    process = {Layer::kProcessCap, true,
-               "RLIMIT_NPROC " + std::to_string(r.processes) + " (" + uid_text() + ")"};
+    process = {Layer::kProcessCap, true, "RLIMIT_NPROC " + std::to_string(r.processes) + " (" + uid_text() + ")"};
   } else if (r.processes) {
     const ControllerRoot& cg = cgroup_root(Controller::kPids);
     if (!cg.parent.empty()) {
       plan->add(Controller::kPids, cg);
       plan->limits.pids_max = r.processes;
-      process = {Layer::kProcessCap, true,
-                 "pids.max " + std::to_string(r.processes) + "; a per-launch " + cg.detail};
+      process = {Layer::kProcessCap, true, "pids.max " + std::to_string(r.processes) + "; a per-launch " + cg.detail};
     } else {
-      process = {Layer::kProcessCap, false,
-                 "running as root, where RLIMIT_NPROC does not bind, and " + cg.detail};
+      process = {Layer::kProcessCap, false, "running as root, where RLIMIT_NPROC does not bind, and " + cg.detail};
     }
   }
 
@@ -356,15 +349,14 @@ std::vector<LayerStatus> plan_tree_limits(const Policy& policy, CgroupPlan* plan
     if (!cg.parent.empty()) {
       plan->add(Controller::kMemory, cg);
       plan->limits.memory_bytes = t.memory_mb << 20;
-      const std::string swap =
-          cg.version == 1 ? (cg.swap_file ? "swap included: memory.memsw.limit_in_bytes"
-                                          : "swap excluded: no swap accounting, memory.swappiness 0")
-          : cg.swap_file ? "swap excluded: memory.swap.max 0"
-                         : "no swap accounting (no memory.swap.max): swap may extend the cap";
+      const std::string swap = cg.version == 1
+                                   ? (cg.swap_file ? "swap included: memory.memsw.limit_in_bytes"
+                                                   : "swap excluded: no swap accounting, memory.swappiness 0")
+                               : cg.swap_file ? "swap excluded: memory.swap.max 0"
+                                              : "no swap accounting (no memory.swap.max): swap may extend the cap";
       memory = {Layer::kMemoryCap, true,
                 std::to_string(t.memory_mb) + " MiB over the whole tree (" + swap +
-                    "); beyond it the OOM killer ends a process of the tree; a per-launch " +
-                    cg.detail};
+                    "); beyond it the OOM killer ends a process of the tree; a per-launch " + cg.detail};
     } else {
       memory = {Layer::kMemoryCap, false, cg.detail};
     }
@@ -378,8 +370,8 @@ std::vector<LayerStatus> plan_tree_limits(const Policy& policy, CgroupPlan* plan
       plan->limits.cpu_quota_us = t.cpu_percent * kCpuPeriodUs / 100;
       cpu = {Layer::kCpuCap, true,
              std::to_string(t.cpu_percent) + "% of one CPU over the whole tree (CFS quota " +
-                 std::to_string(plan->limits.cpu_quota_us) + " us per " +
-                 std::to_string(kCpuPeriodUs) + " us period); a per-launch " + cg.detail};
+                 std::to_string(plan->limits.cpu_quota_us) + " us per " + std::to_string(kCpuPeriodUs) +
+                 " us period); a per-launch " + cg.detail};
     } else {
       cpu = {Layer::kCpuCap, false, cg.detail};
     }
@@ -395,8 +387,7 @@ std::vector<LayerStatus> tree_limit_support() {
   return {
       !root ? LayerStatus{Layer::kProcessCap, true, "RLIMIT_NPROC binds this non-root uid"}
       : pids.parent.empty()
-          ? LayerStatus{Layer::kProcessCap, false,
-                        "running as root (RLIMIT_NPROC does not bind) and " + pids.detail}
+          ? LayerStatus{Layer::kProcessCap, false, "running as root (RLIMIT_NPROC does not bind) and " + pids.detail}
           : LayerStatus{Layer::kProcessCap, true, pids.detail},
       {Layer::kMemoryCap, !memory.parent.empty(), memory.detail},
       {Layer::kCpuCap, !cpu.parent.empty(), cpu.detail},

@@ -58,8 +58,7 @@ int close_except(int lowest, int keep_a, int keep_b) noexcept {
   unsigned next = static_cast<unsigned>(lowest);
   for (int keep : {keep_a, keep_b}) {
     if (keep < lowest) continue;
-    if (static_cast<unsigned>(keep) > next &&
-        sys::close_range(next, static_cast<unsigned>(keep) - 1, 0) != 0)
+    if (static_cast<unsigned>(keep) > next && sys::close_range(next, static_cast<unsigned>(keep) - 1, 0) != 0)
       return -1;
     next = static_cast<unsigned>(keep) + 1;
   }
@@ -130,8 +129,7 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
   const int binds = static_cast<int>(plan.root_binds.size());
   // Without a user namespace the new mount namespace still shares propagation with the host's:
   // make it a slave first so that nothing we mount shows up outside.
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
-    fail(status_fd, Step::kMountSlave, errno);
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) fail(status_fd, Step::kMountSlave, errno);
   if (plan.parent_clones) {
     if (received != binds + 1) fail(status_fd, Step::kReceiveMounts, EPROTO);
   } else {
@@ -151,8 +149,7 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
   }
   const int root = fds[0];
   if (::chdir("/") != 0 ||
-      ::syscall(SYS_move_mount, root, "", AT_FDCWD, "",
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      ::syscall(SYS_move_mount, root, "", AT_FDCWD, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
     fail(status_fd, Step::kRootTmpfs, errno);
   for (const RootOp& op : plan.root_ops) {
     const char* path = op.path.c_str();
@@ -191,11 +188,9 @@ void build_root(const Plan& plan, int* fds, int received, int status_fd) noexcep
         break;
       }
     }
-    if (rc != 0 && !(errno == EEXIST && op.kind != RootOp::kBind))
-      fail(status_fd, Step::kRootBuild, errno);
+    if (rc != 0 && !(errno == EEXIST && op.kind != RootOp::kBind)) fail(status_fd, Step::kRootBuild, errno);
   }
-  if (::fchdir(root) != 0 || sys::pivot_root(".", ".") != 0 || ::umount2(".", MNT_DETACH) != 0 ||
-      ::chdir("/") != 0)
+  if (::fchdir(root) != 0 || sys::pivot_root(".", ".") != 0 || ::umount2(".", MNT_DETACH) != 0 || ::chdir("/") != 0)
     fail(status_fd, Step::kPivotRoot, errno);
   sys::MountAttr ro;
   std::memset(&ro, 0, sizeof ro);
@@ -243,8 +238,7 @@ constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
       int status = 0;
       long reaped = ::syscall(SYS_wait4, -1, &status, WNOHANG, nullptr);
       if (reaped <= 0) break;
-      if (reaped == target)
-        ::syscall(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      if (reaped == target) ::syscall(SYS_exit_group, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
   }
 }
@@ -277,8 +271,7 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
     // copy of the supervisor's memory we hold; the window closes right after the release below.
     if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) fail(status_fd, Step::kDumpable, errno);
     StatusRecord ready{static_cast<std::int32_t>(Step::kMapsReady), 0};
-    if (::write(status_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready))
-      ::_exit(kExitParentGone);
+    if (::write(status_fd, &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready)) ::_exit(kExitParentGone);
   }
   // The parent releases us by sending one byte, after writing our uid/gid maps and cgroup. If it
   // died before our PR_SET_PDEATHSIG (getppid() cannot tell in a new PID namespace: it reads 0),
@@ -287,8 +280,7 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   const int received = receive_release(sync_fd, root_fds, kMaxRootBinds + 1, status_fd);
   if (received < 0) ::_exit(kExitParentGone);
   ::close(sync_fd);
-  if (plan.dumpable_for_maps && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
-    fail(status_fd, Step::kDumpable, errno);
+  if (plan.dumpable_for_maps && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail(status_fd, Step::kDumpable, errno);
   // Before anything else closes fds: the received clones are still open here.
   if (!plan.root_ops.empty()) build_root(plan, root_fds, received, status_fd);
 
@@ -312,8 +304,7 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   // Raw syscall, like every set*id call here: glibc's setgroups/setresuid/setresgid broadcast the
   // change to all threads (the setxid path: signals and a lock), which is not async-signal-safe in
   // a child cloned from a multi-threaded parent whose other threads do not exist in this copy.
-  if (plan.drop_groups && ::syscall(SYS_setgroups, 0, nullptr) != 0)
-    fail(status_fd, Step::kSetgroups, errno);
+  if (plan.drop_groups && ::syscall(SYS_setgroups, 0, nullptr) != 0) fail(status_fd, Step::kSetgroups, errno);
   if (plan.loopback && bring_up_loopback() != 0) fail(status_fd, Step::kLoopback, errno);
   if (!plan.protect.empty()) {
     if (plan.root_ops.empty() && ::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
@@ -332,14 +323,13 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   if (plan.have_setpcap) {
     // Uid 0 (in its namespace) regains no capability through execve, and the bits cannot change.
     const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                               SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                               SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+                               SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                               SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     if (::prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) fail(status_fd, Step::kSecurebits, errno);
     for (unsigned long cap = 0; cap < 64; ++cap) {
       int in_set = ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
       if (in_set < 0) break;  // EINVAL past CAP_LAST_CAP
-      if (in_set == 1 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
-        fail(status_fd, Step::kCapBounding, errno);
+      if (in_set == 1 && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) fail(status_fd, Step::kCapBounding, errno);
     }
   }
   if (plan.identity) {
@@ -354,8 +344,7 @@ void run_child(const Plan& plan, const ChildFds& fds) noexcept {
     struct pollfd p = {status_fd, 0, 0};
     if (::poll(&p, 1, 0) != 0 && (p.revents & POLLERR)) ::_exit(kExitParentGone);
   }
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-    fail(status_fd, Step::kCapAmbient, errno);
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(status_fd, Step::kCapAmbient, errno);
   if (sys::capset_zero() != 0) fail(status_fd, Step::kCapset, errno);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(status_fd, Step::kNoNewPrivs, errno);
 

@@ -90,7 +90,7 @@ std::string exec_refusal_hint(const std::string& program, const std::vector<std:
   const std::string self = real(program).empty() ? program : real(program);
   if (!covered(self, exec_paths) && !covered(program, exec_paths))
     return "'" + program + "' is not under any sandbox.filesystem.execute path of the policy";
-  struct stat st{};
+  struct stat st {};
   if (::stat(program.c_str(), &st) == 0 && !(st.st_mode & 0111))
     return "'" + program + "' has no execute permission (chmod +x it)";
   for (const auto& i : interpreters) {

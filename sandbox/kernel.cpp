@@ -22,13 +22,11 @@ std::vector<LayerStatus> kernel_support() {
       unsigned long flags = flag | (root ? 0 : CLONE_NEWUSER);
       bool ok = namespaces_supported(flags);
       return LayerStatus{layer, ok,
-                         ok ? (root ? "available" : "available inside a user namespace")
-                            : "refused by the kernel"};
+                         ok ? (root ? "available" : "available inside a user namespace") : "refused by the kernel"};
     };
     // The mount API exists when a call with a bad fd fails with anything but ENOSYS.
-    const bool mount_api =
-        ::syscall(SYS_open_tree, -1, "", 0) < 0 && errno != ENOSYS &&
-        ::syscall(SYS_mount_setattr, -1, "", 0, nullptr, 0) < 0 && errno != ENOSYS;
+    const bool mount_api = ::syscall(SYS_open_tree, -1, "", 0) < 0 && errno != ENOSYS &&
+                           ::syscall(SYS_mount_setattr, -1, "", 0, nullptr, 0) < 0 && errno != ENOSYS;
     const bool mount_ns = namespaces_supported(CLONE_NEWNS | (root ? 0 : CLONE_NEWUSER));
     const bool identity = root && user && mount_ns && mount_api;
     support = {
@@ -40,12 +38,11 @@ std::vector<LayerStatus> kernel_support() {
         {Layer::kCleanEnv, true, "environment built from the policy allowlist"},
         {Layer::kRlimits, true, "setrlimit"},
         {Layer::kLandlock, abi > 0,
-         abi > 0 ? "Landlock ABI " + std::to_string(abi) +
-                       (abi >= 4 ? " (filesystem, TCP bind/connect)" : " (filesystem)")
-                 : "no Landlock: not built in, or not in the lsm= list"},
+         abi > 0
+             ? "Landlock ABI " + std::to_string(abi) + (abi >= 4 ? " (filesystem, TCP bind/connect)" : " (filesystem)")
+             : "no Landlock: not built in, or not in the lsm= list"},
         {Layer::kLandlockScopes, abi >= 6,
-         abi >= 6 ? "signal and abstract unix socket scoping (ABI 6)"
-                  : "needs Landlock ABI 6 (Linux 6.12)"},
+         abi >= 6 ? "signal and abstract unix socket scoping (ABI 6)" : "needs Landlock ABI 6 (Linux 6.12)"},
         {Layer::kSeccomp, true, "SECCOMP_SET_MODE_FILTER; filter built with libseccomp"},
         {Layer::kUserNamespace, user, user ? "available" : "refused by the kernel"},
         ns(Layer::kPidNamespace, CLONE_NEWPID),

@@ -18,17 +18,15 @@ namespace {
 using namespace sys;
 
 std::uint64_t handled_fs(int abi) {
-  std::uint64_t all = kFsExecute | kFsWriteFile | kFsReadFile | kFsReadDir | kFsRemoveDir |
-                      kFsRemoveFile | kFsMakeChar | kFsMakeDir | kFsMakeReg | kFsMakeSock |
-                      kFsMakeFifo | kFsMakeBlock | kFsMakeSym;
+  std::uint64_t all = kFsExecute | kFsWriteFile | kFsReadFile | kFsReadDir | kFsRemoveDir | kFsRemoveFile |
+                      kFsMakeChar | kFsMakeDir | kFsMakeReg | kFsMakeSock | kFsMakeFifo | kFsMakeBlock | kFsMakeSym;
   if (abi >= 2) all |= kFsRefer;
   if (abi >= 3) all |= kFsTruncate;
   if (abi >= 5) all |= kFsIoctlDev;
   return all;
 }
 
-constexpr std::uint64_t kFileOnly =
-    kFsExecute | kFsWriteFile | kFsReadFile | kFsTruncate | kFsIoctlDev;
+constexpr std::uint64_t kFileOnly = kFsExecute | kFsWriteFile | kFsReadFile | kFsTruncate | kFsIoctlDev;
 
 struct Fd {
   int fd = -1;
@@ -105,8 +103,7 @@ LandlockRuleset build_landlock(const LandlockPaths& paths, const std::string& wo
     if (landlock_add_rule(ruleset.fd, kLandlockRulePathBeneath, &rule) != 0)
       fail("adding the rule for '" + path + "'", errno);
   }
-  out.detail =
-      "ABI " + std::to_string(out.abi) + ", " + std::to_string(rights.size()) + " path rules";
+  out.detail = "ABI " + std::to_string(out.abi) + ", " + std::to_string(rights.size()) + " path rules";
   if (out.tcp_denied) out.detail += ", TCP bind/connect denied";
   if (!skipped.empty()) out.detail += ", skipped missing paths: " + skipped;
   out.fd = ruleset.fd;

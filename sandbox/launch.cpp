@@ -172,8 +172,7 @@ struct PendingLaunch::State {
 
   [[noreturn]] void step_failed(const StatusRecord& record) {
     abandon();
-    std::string what =
-        std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
+    std::string what = std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
     if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan->executable + "'";
     what += std::string(": ") + std::strerror(record.error);
     if (static_cast<Step>(record.step) == Step::kExecve && record.error == EACCES && !plan->exec_hint.empty())
@@ -217,8 +216,7 @@ int PendingLaunch::pidfd() const noexcept { return state_ ? state_->child.pidfd 
 int PendingLaunch::status_fd() const noexcept { return state_ ? state_->status_read.get() : -1; }
 
 std::optional<Child> PendingLaunch::finish() {
-  if (!state_ || state_->child.pid <= 0)
-    throw SandboxError("launch: finish() called on a launch that is already over");
+  if (!state_ || state_->child.pid <= 0) throw SandboxError("launch: finish() called on a launch that is already over");
   State& s = *state_;
   StatusRecord record{};
   try {
@@ -300,8 +298,7 @@ PendingLaunch start(const Plan& plan) {
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (cgroups) cgroups->close_fds();
-  if (pid < 0)
-    throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
+  if (pid < 0) throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
   state->child.pid = static_cast<pid_t>(pid);
   state->child.pidfd = pidfd;
   state->v2_by_pid = v2_by_pid;

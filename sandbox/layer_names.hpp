@@ -6,7 +6,6 @@
 
 namespace sandbox {
 
-inline constexpr std::array<std::string_view, 6> kNamespaceNames = {"user", "pid", "net",
-                                                                    "ipc",  "uts", "mount"};
+inline constexpr std::array<std::string_view, 6> kNamespaceNames = {"user", "pid", "net", "ipc", "uts", "mount"};
 
 }  // namespace sandbox

@@ -50,24 +50,22 @@ void write_file(const std::string& path, const std::string& text) {
   int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(text.size()))
-    throw SandboxError("user namespace: writing '" + text.substr(0, text.size() - 1) + "' to " +
-                       path + " failed: " + std::strerror(n < 0 ? err : EIO));
+    throw SandboxError("user namespace: writing '" + text.substr(0, text.size() - 1) + "' to " + path +
+                       " failed: " + std::strerror(n < 0 ? err : EIO));
 }
 
 }  // namespace
 
 bool namespaces_supported(unsigned long clone_flags) {
-  return cached<bool>(clone_flags, [clone_flags] {
-    return clone_flags == 0 || probe_in_child(clone_flags, [] { return 0; }) == 0;
-  });
+  return cached<bool>(clone_flags,
+                      [clone_flags] { return clone_flags == 0 || probe_in_child(clone_flags, [] { return 0; }) == 0; });
 }
 
 int private_proc_refusal(unsigned long clone_flags) {
   return cached<int>(clone_flags, [clone_flags] {
     // As pid 1 of its namespace the child tries the mount and exits with the errno, 0 on success.
-    const int status = probe_in_child(clone_flags, [] {
-      return sys::make_proc_mount() >= 0 ? 0 : (errno > 0 && errno < 255 ? errno : 255);
-    });
+    const int status = probe_in_child(
+        clone_flags, [] { return sys::make_proc_mount() >= 0 ? 0 : (errno > 0 && errno < 255 ? errno : 255); });
     return status < 0 ? errno : status == 256 ? ECHILD : status;
   });
 }
@@ -76,14 +74,12 @@ void write_id_maps(pid_t child, uid_t uid, gid_t gid, bool allow_setgroups) {
   write_id_maps(child, uid, uid, gid, gid, allow_setgroups);
 }
 
-void write_id_maps(pid_t child, uid_t inner_uid, uid_t outer_uid, gid_t inner_gid,
-                   gid_t outer_gid, bool allow_setgroups) {
+void write_id_maps(pid_t child, uid_t inner_uid, uid_t outer_uid, gid_t inner_gid, gid_t outer_gid,
+                   bool allow_setgroups) {
   const std::string proc = "/proc/" + std::to_string(child) + "/";
-  write_file(proc + "uid_map",
-             std::to_string(inner_uid) + " " + std::to_string(outer_uid) + " 1\n");
+  write_file(proc + "uid_map", std::to_string(inner_uid) + " " + std::to_string(outer_uid) + " 1\n");
   if (!allow_setgroups) write_file(proc + "setgroups", "deny\n");
-  write_file(proc + "gid_map",
-             std::to_string(inner_gid) + " " + std::to_string(outer_gid) + " 1\n");
+  write_file(proc + "gid_map", std::to_string(inner_gid) + " " + std::to_string(outer_gid) + " 1\n");
 }
 
 }  // namespace sandbox

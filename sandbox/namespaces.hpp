@@ -25,7 +25,7 @@ void write_id_maps(pid_t child, uid_t uid, gid_t gid, bool allow_setgroups);
 
 // The same with one id inside mapped to another outside: inner_uid -> outer_uid, inner_gid ->
 // outer_gid (root only: mapping to an id that is not the caller's needs CAP_SETUID/CAP_SETGID).
-void write_id_maps(pid_t child, uid_t inner_uid, uid_t outer_uid, gid_t inner_gid,
-                   gid_t outer_gid, bool allow_setgroups);
+void write_id_maps(pid_t child, uid_t inner_uid, uid_t outer_uid, gid_t inner_gid, gid_t outer_gid,
+                   bool allow_setgroups);
 
 }  // namespace sandbox

@@ -31,12 +31,12 @@ enum class Step : std::int32_t {
   kProtect,
   // The new root and identity steps, in the order the child takes them (the numbers only travel
   // between the two halves of one binary, so their values carry no meaning of their own).
-  kRootClone,     // open_tree of one root to bind into the new root
-  kRootTmpfs,     // the tmpfs that becomes the child's /
-  kRootBuild,     // a directory, file, symlink or bind in the new root
-  kPivotRoot,     // pivot_root into the new root and detach the host's tree
-  kIdentity,      // setresgid/setresuid to the ids mapped for the child
-  kReceiveMounts, // the id-mapped mounts the parent passes over the sync socket
+  kRootClone,      // open_tree of one root to bind into the new root
+  kRootTmpfs,      // the tmpfs that becomes the child's /
+  kRootBuild,      // a directory, file, symlink or bind in the new root
+  kPivotRoot,      // pivot_root into the new root and detach the host's tree
+  kIdentity,       // setresgid/setresuid to the ids mapped for the child
+  kReceiveMounts,  // the id-mapped mounts the parent passes over the sync socket
   kRlimits,
   kSecurebits,
   kCapBounding,
@@ -156,8 +156,8 @@ class Plan {
 
 // Per-launch fds the child uses; everything is open before clone.
 struct ChildFds {
-  int status = -1;  // close-on-exec status pipe (write end)
-  int sync = -1;    // release pipe (read end)
+  int status = -1;                   // close-on-exec status pipe (write end)
+  int sync = -1;                     // release pipe (read end)
   const int* cgroup_join = nullptr;  // v1 `tasks` files to write "0" into, first thing
   int cgroup_join_count = 0;
 };

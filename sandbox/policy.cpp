@@ -31,11 +31,9 @@ class Parser {
     return value;
   }
 
-  void check_keys(const json& obj, const std::string& field,
-                  std::initializer_list<const char*> allowed) const {
+  void check_keys(const json& obj, const std::string& field, std::initializer_list<const char*> allowed) const {
     for (const auto& [key, unused] : obj.items()) {
-      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) ==
-          allowed.end()) {
+      if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) == allowed.end()) {
         std::string list;
         for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
         fail(field + "." + key, "is not a known field (expected one of: " + list + ")");
@@ -43,8 +41,7 @@ class Parser {
     }
   }
 
-  std::vector<std::string> strings(const json& parent, const std::string& field, const char* key,
-                                   bool required) const {
+  std::vector<std::string> strings(const json& parent, const std::string& field, const char* key, bool required) const {
     std::vector<std::string> out;
     if (!parent.contains(key)) {
       if (required) fail(field + "." + key, "is missing");
@@ -89,8 +86,7 @@ class Parser {
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "uses an unknown template ('" + p + "'); only ${workspace}, ${child}, ${interpreter} and ${home} exist");
       if (p.find("${", templated ? 2 : 0) != std::string::npos)
-        fail(field + "." + key + "[" + std::to_string(i) + "]",
-             "may use a template only at its start ('" + p + "')");
+        fail(field + "." + key + "[" + std::to_string(i) + "]", "may use a template only at its start ('" + p + "')");
       if (!templated && p.front() != '/' && !relative_ok)
         fail(field + "." + key + "[" + std::to_string(i) + "]",
              "must be an absolute path or start with ${workspace} or ${child} ('" + p + "')");
@@ -104,10 +100,8 @@ class Parser {
                    "'), which would resolve to the supervisor's own /proc entry, never the "
                    "child's; it cannot be granted");
       }
-      if (p.find("/../") != std::string::npos || p.ends_with("/..") || p.rfind("../", 0) == 0 ||
-          p == "..")
-        fail(field + "." + key + "[" + std::to_string(i) + "]",
-             "must not contain '..' ('" + p + "')");
+      if (p.find("/../") != std::string::npos || p.ends_with("/..") || p.rfind("../", 0) == 0 || p == "..")
+        fail(field + "." + key + "[" + std::to_string(i) + "]", "must not contain '..' ('" + p + "')");
     }
     return out;
   }
@@ -134,11 +128,9 @@ bool valid_env_name(const std::string& name) {
   });
 }
 
-
 // sandbox.syscalls: {"groups": [...], "allow": [...], "deny": [...]}. Groups are names from
 // syscall_groups.cpp; allow and deny take syscall names libseccomp knows for this architecture.
-void parse_syscalls(const Parser& p, const json& section, const std::string& root,
-                    Policy& policy) {
+void parse_syscalls(const Parser& p, const json& section, const std::string& root, Policy& policy) {
   const std::string field = root + ".syscalls";
   const json& sc = p.object(section, field, "syscalls", {"groups", "allow", "deny"});
   policy.syscall_groups = p.strings(sc, field, "groups", true);
@@ -148,22 +140,19 @@ void parse_syscalls(const Parser& p, const json& section, const std::string& roo
     const std::string at = field + ".groups[" + std::to_string(i) + "]";
     if (find_syscall_group(name) == nullptr) {
       std::string known;
-      for (const SyscallGroupDef& g : syscall_group_defs())
-        known += (known.empty() ? "" : ", ") + std::string(g.name);
+      for (const SyscallGroupDef& g : syscall_group_defs()) known += (known.empty() ? "" : ", ") + std::string(g.name);
       p.fail(at, "names an unknown syscall group '" + name + "' (expected one of: " + known + ")");
     }
     if (!seen.insert(name).second) p.fail(at, "repeats '" + name + "'");
   }
   if (seen.count("base") == 0)
-    p.fail(field + ".groups",
-           "must list \"base\" (execve and what every process needs to start at all)");
+    p.fail(field + ".groups", "must list \"base\" (execve and what every process needs to start at all)");
 
   auto syscall_names = [&](const char* key) {
     auto names = p.strings(sc, field, key, false);
     for (std::size_t i = 0; i < names.size(); ++i)
       if (seccomp_syscall_resolve_name(names[i].c_str()) == __NR_SCMP_ERROR)
-        p.fail(field + "." + key + "[" + std::to_string(i) + "]",
-               "names an unknown syscall '" + names[i] + "'");
+        p.fail(field + "." + key + "[" + std::to_string(i) + "]", "names an unknown syscall '" + names[i] + "'");
     return names;
   };
   policy.extra_allowed_syscalls = syscall_names("allow");
@@ -175,10 +164,11 @@ void parse_syscalls(const Parser& p, const json& section, const std::string& roo
     if (std::find(denied_always.begin(), denied_always.end(), name) != denied_always.end())
       p.fail(at, "names '" + name + "', which every preset refuses; it cannot be allowed");
     if (name == "clone3")
-      p.fail(at, "names 'clone3', whose flags the filter cannot inspect; it always fails with "
-                 "ENOSYS so that libc falls back to clone");
-    if (std::find(policy.extra_denied_syscalls.begin(), policy.extra_denied_syscalls.end(),
-                  name) != policy.extra_denied_syscalls.end())
+      p.fail(at,
+             "names 'clone3', whose flags the filter cannot inspect; it always fails with "
+             "ENOSYS so that libc falls back to clone");
+    if (std::find(policy.extra_denied_syscalls.begin(), policy.extra_denied_syscalls.end(), name) !=
+        policy.extra_denied_syscalls.end())
       p.fail(at, "names '" + name + "', which " + field + ".deny also lists");
   }
 }
@@ -186,9 +176,12 @@ void parse_syscalls(const Parser& p, const json& section, const std::string& roo
 
 std::string_view to_string(Network n) noexcept {
   switch (n) {
-    case Network::none: return "none";
-    case Network::loopback: return "loopback";
-    case Network::host: return "host";
+    case Network::none:
+      return "none";
+    case Network::loopback:
+      return "loopback";
+    case Network::host:
+      return "host";
   }
   return "none";
 }
@@ -205,17 +198,14 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   if (!section.is_object()) p.fail(root, "must be an object");
   p.check_keys(
       section, root,
-      {"filesystem", "network", "syscalls", "rlimits", "tree_limits", "namespaces", "environment",
-       "required"});
-  for (const char* key :
-       {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment"})
+      {"filesystem", "network", "syscalls", "rlimits", "tree_limits", "namespaces", "environment", "required"});
+  for (const char* key : {"filesystem", "network", "syscalls", "rlimits", "namespaces", "environment"})
     if (!section.contains(key)) p.fail(root + "." + key, "is missing");
 
   Policy policy;
   policy.source = source;
 
-  const json& fs = p.object(section, root + ".filesystem", "filesystem",
-                            {"read", "write", "execute", "protected"});
+  const json& fs = p.object(section, root + ".filesystem", "filesystem", {"read", "write", "execute", "protected"});
   policy.read_paths = p.paths(fs, root + ".filesystem", "read", false);
   policy.write_paths = p.paths(fs, root + ".filesystem", "write", false);
   policy.exec_paths = p.paths(fs, root + ".filesystem", "execute", false);
@@ -233,9 +223,9 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   parse_syscalls(p, section, root, policy);
 
   const std::string rl = root + ".rlimits";
-  const json& rlimits = p.object(
-      section, rl, "rlimits",
-      {"address_space_mb", "cpu_seconds", "open_files", "file_size_mb", "core_mb", "processes"});
+  const json& rlimits =
+      p.object(section, rl, "rlimits",
+               {"address_space_mb", "cpu_seconds", "open_files", "file_size_mb", "core_mb", "processes"});
   policy.rlimits.address_space_mb = p.count(rlimits, rl, "address_space_mb");
   policy.rlimits.cpu_seconds = p.count(rlimits, rl, "cpu_seconds");
   policy.rlimits.open_files = p.count(rlimits, rl, "open_files");
@@ -251,14 +241,12 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
     policy.tree_limits.memory_mb = p.count(tree, tl, "memory_mb");
     policy.tree_limits.cpu_percent = p.count(tree, tl, "cpu_percent");
     if (policy.tree_limits.memory_mb != 0 && policy.tree_limits.memory_mb < kMinTreeMemoryMb)
-      p.fail(tl + ".memory_mb", "must be 0 (no cap) or at least " +
-                                    std::to_string(kMinTreeMemoryMb) +
+      p.fail(tl + ".memory_mb", "must be 0 (no cap) or at least " + std::to_string(kMinTreeMemoryMb) +
                                     " (a smaller cap kills the command while it starts)");
     if (policy.tree_limits.memory_mb > kMaxTreeMemoryMb)
       p.fail(tl + ".memory_mb", "must be at most " + std::to_string(kMaxTreeMemoryMb) + " (1 TiB)");
     if (policy.tree_limits.cpu_percent > kMaxCpuPercent)
-      p.fail(tl + ".cpu_percent",
-             "must be at most " + std::to_string(kMaxCpuPercent) + " (1024 CPUs)");
+      p.fail(tl + ".cpu_percent", "must be at most " + std::to_string(kMaxCpuPercent) + " (1024 CPUs)");
   }
 
   policy.namespaces = p.strings(section, root, "namespaces", true);
@@ -268,8 +256,7 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
     if (std::find(kNamespaceNames.begin(), kNamespaceNames.end(), ns) == kNamespaceNames.end())
       p.fail(root + ".namespaces[" + std::to_string(i) + "]",
              "names an unknown namespace '" + ns + "' (expected user, pid, net, ipc, uts, mount)");
-    if (!seen.insert(ns).second)
-      p.fail(root + ".namespaces[" + std::to_string(i) + "]", "repeats '" + ns + "'");
+    if (!seen.insert(ns).second) p.fail(root + ".namespaces[" + std::to_string(i) + "]", "repeats '" + ns + "'");
   }
   bool has_net = seen.count("net") != 0;
   if (policy.network == Network::host && has_net)
@@ -282,8 +269,7 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   policy.env_allow = p.strings(environment, env, "allow", false);
   for (std::size_t i = 0; i < policy.env_allow.size(); ++i)
     if (!valid_env_name(policy.env_allow[i]))
-      p.fail(env + ".allow[" + std::to_string(i) + "]",
-             "is not a valid variable name ('" + policy.env_allow[i] + "')");
+      p.fail(env + ".allow[" + std::to_string(i) + "]", "is not a valid variable name ('" + policy.env_allow[i] + "')");
   if (environment.contains("set")) {
     const json& set = environment.at("set");
     if (!set.is_object()) p.fail(env + ".set", "must be an object of strings");
@@ -299,8 +285,7 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
   for (std::size_t i = 0; i < policy.required.size(); ++i) {
     const std::optional<Layer> layer = parse_layer(policy.required[i]);
     if (!layer)
-      p.fail(root + ".required[" + std::to_string(i) + "]",
-             "names an unknown layer '" + policy.required[i] + "'");
+      p.fail(root + ".required[" + std::to_string(i) + "]", "names an unknown layer '" + policy.required[i] + "'");
     required.push_back(*layer);
   }
   for (std::size_t i = 0; i < required.size(); ++i) {

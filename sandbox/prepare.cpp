@@ -51,9 +51,7 @@ class LayerReport {
     std::vector<LayerStatus> out;
     for (Layer layer : kLayers) {
       auto& slot = slots_[static_cast<std::size_t>(layer)];
-      if (!slot)
-        throw SandboxError("prepare: no builder decided the '" + std::string(to_string(layer)) +
-                           "' layer");
+      if (!slot) throw SandboxError("prepare: no builder decided the '" + std::string(to_string(layer)) + "' layer");
       out.push_back(std::move(*slot));
     }
     return out;
@@ -72,9 +70,9 @@ struct Substitution {
 // Returns false when the template names ${child} and the request has no child directory.
 bool substitute(const std::string& in, const Substitution& sub, std::string* out) {
   std::string result = in;
-  for (const auto& [key, value] :
-       {std::pair<std::string, const std::string*>{"${workspace}", &sub.workspace},
-        {"${child}", &sub.child}, {"${home}", &sub.home}}) {
+  for (const auto& [key, value] : {std::pair<std::string, const std::string*>{"${workspace}", &sub.workspace},
+                                   {"${child}", &sub.child},
+                                   {"${home}", &sub.home}}) {
     std::size_t pos;
     while ((pos = result.find(key)) != std::string::npos) {
       if (value->empty()) return false;
@@ -120,28 +118,23 @@ std::string mb(std::uint64_t v) { return std::to_string(v) + " MiB"; }
 // The request itself: absolute paths, an existing and safe workspace, open stdio fds.
 void check_request(const LaunchRequest& request) {
   if (request.executable.empty() || request.executable.front() != '/')
-    throw SandboxError("launch request: executable must be an absolute path (got '" +
-                       request.executable + "')");
+    throw SandboxError("launch request: executable must be an absolute path (got '" + request.executable + "')");
   if (request.argv.empty()) throw SandboxError("launch request: argv must hold at least argv[0]");
   if (!request.workspace.is_absolute())
-    throw SandboxError("launch request: workspace must be an absolute path (got '" +
-                       request.workspace.string() + "')");
+    throw SandboxError("launch request: workspace must be an absolute path (got '" + request.workspace.string() + "')");
   std::error_code ec;
   if (!fs::is_directory(request.workspace, ec))
-    throw SandboxError("launch request: workspace '" + request.workspace.string() +
-                       "' is not an existing directory");
+    throw SandboxError("launch request: workspace '" + request.workspace.string() + "' is not an existing directory");
   if (!request.allow_unsafe_workspace) check_workspace(request.workspace, "launch request: workspace");
   for (int fd : {request.stdin_fd, request.stdout_fd, request.stderr_fd})
-    if (::fcntl(fd, F_GETFD) < 0)
-      throw SandboxError("launch request: stdio fd " + std::to_string(fd) + " is not open");
+    if (::fcntl(fd, F_GETFD) < 0) throw SandboxError("launch request: stdio fd " + std::to_string(fd) + " is not open");
 }
 
 Substitution make_substitution(const Policy& policy, const LaunchRequest& request) {
-  Substitution sub{
-      request.workspace.lexically_normal().string(),
-      request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string(),
-      {},
-      kHomePath};
+  Substitution sub{request.workspace.lexically_normal().string(),
+                   request.child_dir.empty() ? std::string() : request.child_dir.lexically_normal().string(),
+                   {},
+                   kHomePath};
   auto path = policy.env_set.find("PATH");
   std::string path_env = "/usr/bin:/bin";
   if (path != policy.env_set.end()) substitute(path->second, sub, &path_env);
@@ -150,8 +143,7 @@ Substitution make_substitution(const Policy& policy, const LaunchRequest& reques
 }
 
 // clean_env: argv and envp, every string final before fork; the child only reads the pointer arrays.
-LayerStatus build_environment(const Policy& policy, const LaunchRequest& request,
-                              const Substitution& sub, Plan& plan) {
+LayerStatus build_environment(const Policy& policy, const LaunchRequest& request, const Substitution& sub, Plan& plan) {
   plan.argv_store = request.argv;
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -192,9 +184,7 @@ LayerStatus build_environment(const Policy& policy, const LaunchRequest& request
 LayerStatus build_rlimits(const Policy& policy, Plan& plan) {
   const Rlimits& r = policy.rlimits;
   constexpr rlim_t kMiB = 1024 * 1024;
-  auto add = [&](int resource, rlim_t soft, rlim_t hard) {
-    plan.limits.push_back({resource, {soft, hard}});
-  };
+  auto add = [&](int resource, rlim_t soft, rlim_t hard) { plan.limits.push_back({resource, {soft, hard}}); };
   std::string limits;
 #ifdef SUBAGENT_SANITIZER_BUILD
   // ASan and TSan reserve terabytes of address space for shadow memory before main, so a sanitized
@@ -230,8 +220,7 @@ LayerStatus build_seccomp(const Policy& policy, const LaunchRequest& request, Pl
   plan.bpf = compile_seccomp(policy);
   plan.init = request.init;
   if (plan.init) plan.init_bpf = compile_init_seccomp();
-  return {Layer::kSeccomp, true,
-          std::to_string(plan.bpf.size()) + " BPF instructions; see the syscall table"};
+  return {Layer::kSeccomp, true, std::to_string(plan.bpf.size()) + " BPF instructions; see the syscall table"};
 }
 
 // What the Landlock builder leaves for the builders after it.
@@ -241,8 +230,8 @@ struct LandlockPart {
 };
 
 // landlock, landlock_scopes: the ruleset is opened here; the child only restricts itself with it.
-LandlockPart build_landlock_layers(const Policy& policy, const LaunchRequest& request,
-                                   const Substitution& sub, Plan& plan, LayerReport& report) {
+LandlockPart build_landlock_layers(const Policy& policy, const LaunchRequest& request, const Substitution& sub,
+                                   Plan& plan, LayerReport& report) {
   LandlockPart part;
   std::string dropped;
   LandlockPaths& paths = part.paths;
@@ -272,13 +261,12 @@ LandlockPart build_landlock_layers(const Policy& policy, const LaunchRequest& re
   part.home_named = home_read || part.home_write;
   for (const auto& [name, value] : policy.env_set) part.home_named |= value.find("${home}") != std::string::npos;
   plan.home_access = landlock_directory_access(landlock.abi, home_read || part.home_write, part.home_write);
-  if (!dropped.empty())
-    landlock.detail += ", dropped (no child directory in the request): " + dropped;
+  if (!dropped.empty()) landlock.detail += ", dropped (no child directory in the request): " + dropped;
   report.set({Layer::kLandlock, landlock.fd >= 0, landlock.detail});
   report.set({Layer::kLandlockScopes, landlock.scoped,
-              landlock.scoped ? "signals and abstract unix sockets scoped to the sandbox"
-                              : "needs Landlock ABI 6 (Linux 6.12); this kernel has ABI " +
-                                    std::to_string(landlock.abi)});
+              landlock.scoped
+                  ? "signals and abstract unix sockets scoped to the sandbox"
+                  : "needs Landlock ABI 6 (Linux 6.12); this kernel has ABI " + std::to_string(landlock.abi)});
   return part;
 }
 
@@ -287,12 +275,10 @@ struct NamespaceKind {
   const char* name;  // the policy's spelling (sandbox.namespaces)
   unsigned long flag;
 };
-constexpr NamespaceKind kNamespaces[] = {{Layer::kUserNamespace, "user", CLONE_NEWUSER},
-                                         {Layer::kPidNamespace, "pid", CLONE_NEWPID},
-                                         {Layer::kNetNamespace, "net", CLONE_NEWNET},
-                                         {Layer::kIpcNamespace, "ipc", CLONE_NEWIPC},
-                                         {Layer::kUtsNamespace, "uts", CLONE_NEWUTS},
-                                         {Layer::kMountNamespace, "mount", CLONE_NEWNS}};
+constexpr NamespaceKind kNamespaces[] = {
+    {Layer::kUserNamespace, "user", CLONE_NEWUSER}, {Layer::kPidNamespace, "pid", CLONE_NEWPID},
+    {Layer::kNetNamespace, "net", CLONE_NEWNET},    {Layer::kIpcNamespace, "ipc", CLONE_NEWIPC},
+    {Layer::kUtsNamespace, "uts", CLONE_NEWUTS},    {Layer::kMountNamespace, "mount", CLONE_NEWNS}};
 
 // The namespaces the policy asks for, minus what this kernel (or our privilege) refuses, and why.
 struct NamespacePart {
@@ -343,8 +329,8 @@ NamespacePart choose_namespaces(const Policy& policy, bool root, Plan& plan) {
 // Protected paths inside write roots: Landlock rights only add up, so they are bind-mounted
 // read-only over themselves in the child's mount namespace (EROFS for every write beneath).
 // Returns what the mount_namespace layer adds to its detail.
-std::string build_protected_paths(const Policy& policy, const Substitution& sub,
-                                  const LandlockPaths& paths, const NamespacePart& ns, Plan& plan) {
+std::string build_protected_paths(const Policy& policy, const Substitution& sub, const LandlockPaths& paths,
+                                  const NamespacePart& ns, Plan& plan) {
   if (policy.protected_paths.empty()) return "";
   std::vector<std::string> targets;
   for (const std::string& entry : policy.protected_paths) {
@@ -355,8 +341,7 @@ std::string build_protected_paths(const Policy& policy, const Substitution& sub,
     } else {
       for (const std::string& write_root : paths.write) {
         std::error_code dir_ec;
-        if (!fs::is_directory(write_root, dir_ec))
-          continue;  // e.g. /dev/null: nothing lies inside it
+        if (!fs::is_directory(write_root, dir_ec)) continue;  // e.g. /dev/null: nothing lies inside it
         targets.push_back((fs::path(write_root) / resolved).lexically_normal().string());
       }
     }
@@ -366,23 +351,20 @@ std::string build_protected_paths(const Policy& policy, const Substitution& sub,
     struct statvfs vfs {};
     if (::statvfs(target.c_str(), &vfs) != 0) {
       if (errno != ENOENT)
-        throw policy_error(policy, "protected path '" + target +
-                                       "' cannot be inspected: " + std::strerror(errno));
+        throw policy_error(policy, "protected path '" + target + "' cannot be inspected: " + std::strerror(errno));
       missing += (missing.empty() ? "" : ", ") + target;
       continue;
     }
-    const unsigned long locked =
-        MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME;
+    const unsigned long locked = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME;
     plan.protect.push_back({target, MS_BIND | MS_REMOUNT | MS_RDONLY | (vfs.f_flag & locked)});
     protected_detail += (protected_detail.empty() ? "" : ", ") + target;
   }
   if (!plan.protect.empty() && !(ns.flags & CLONE_NEWNS)) {
     auto refused = ns.refused.find(Layer::kMountNamespace);
     throw policy_error(
-        policy, "protected paths (" + protected_detail +
-                    ") need the mount namespace, which is not available: " +
-                    (refused == ns.refused.end() || refused->second.empty() ? "not requested by the policy"
-                                                                            : refused->second));
+        policy,
+        "protected paths (" + protected_detail + ") need the mount namespace, which is not available: " +
+            (refused == ns.refused.end() || refused->second.empty() ? "not requested by the policy" : refused->second));
   }
   protected_detail = protected_detail.empty() ? "" : "; read-only: " + protected_detail;
   if (!missing.empty()) protected_detail += "; protected but absent: " + missing;
@@ -399,11 +381,10 @@ void namespace_layers(const NamespacePart& ns, const Plan& plan, const std::stri
     return LayerStatus{l, false, refused == ns.refused.end() ? "" : refused->second};
   };
   report.set(layer(Layer::kUserNamespace, CLONE_NEWUSER,
-                   plan.identity ? "uid " + std::to_string(plan.inner_uid) + " and gid " +
-                                       std::to_string(plan.inner_gid) +
-                                       " mapped to the child's own host id (see identity)"
-                                 : "identity map of uid " + std::to_string(plan.uid) + " and gid " +
-                                       std::to_string(plan.gid)));
+                   plan.identity
+                       ? "uid " + std::to_string(plan.inner_uid) + " and gid " + std::to_string(plan.inner_gid) +
+                             " mapped to the child's own host id (see identity)"
+                       : "identity map of uid " + std::to_string(plan.uid) + " and gid " + std::to_string(plan.gid)));
   report.set(layer(Layer::kPidNamespace, CLONE_NEWPID,
                    plan.init ? "a minimal init is PID 1 and the target its child; every "
                                "descendant dies with the init, which ends with the target"
@@ -420,8 +401,7 @@ void build_root_layers(const LandlockPart& landlock, const Substitution& sub, bo
                        LayerReport& report) {
   const LandlockPaths& paths = landlock.paths;
   RootLayers layers = plan_root_and_identity(
-      plan, {paths.read, paths.write, paths.execute, sub.workspace, landlock.home_named, landlock.home_write},
-      root);
+      plan, {paths.read, paths.write, paths.execute, sub.workspace, landlock.home_named, landlock.home_write}, root);
   report.set(std::move(layers.read_only_host));
   report.set(std::move(layers.identity));
   report.set(std::move(layers.idmapped_roots));
@@ -446,11 +426,10 @@ void build_tree_limits(const Policy& policy, Plan& plan, LayerReport& report) {
 void process_layers(const Plan& plan, LayerReport& report) {
   report.set({Layer::kNoNewPrivs, true, "PR_SET_NO_NEW_PRIVS"});
   report.set({Layer::kCapabilities, true,
-              plan.have_setpcap
-                  ? "effective, permitted, inheritable, ambient and bounding sets emptied; "
-                    "securebits NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE locked"
-                  : "effective, permitted, inheritable and ambient sets emptied; bounding set kept "
-                    "(no CAP_SETPCAP), which cannot grant anything under no_new_privs"});
+              plan.have_setpcap ? "effective, permitted, inheritable, ambient and bounding sets emptied; "
+                                  "securebits NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE locked"
+                                : "effective, permitted, inheritable and ambient sets emptied; bounding set kept "
+                                  "(no CAP_SETPCAP), which cannot grant anything under no_new_privs"});
   report.set({Layer::kSession, true, "setsid: new session, no controlling terminal"});
   report.set({Layer::kPdeathsig, true, "SIGKILL when the launching thread exits"});
   report.set({Layer::kCloseFds, true, "only fds 0, 1 and 2 stay open"});
@@ -460,8 +439,8 @@ void process_layers(const Plan& plan, LayerReport& report) {
 void check_required(const Policy& policy, const std::vector<LayerStatus>& layers) {
   for (const std::string& name : policy.required) {  // names parse_policy checked
     const std::optional<Layer> layer = parse_layer(name);
-    auto it = std::find_if(layers.begin(), layers.end(),
-                           [&](const LayerStatus& l) { return layer && l.layer == *layer; });
+    auto it =
+        std::find_if(layers.begin(), layers.end(), [&](const LayerStatus& l) { return layer && l.layer == *layer; });
     if (it == layers.end() || !it->applied)
       throw policy_error(policy, "requires the '" + name + "' layer, which is not available: " +
                                      (it == layers.end() ? "unknown layer" : it->detail));

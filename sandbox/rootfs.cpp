@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 }
 
 bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         (dir == "/" || path[dir.size()] == '/'));
+  return path == dir ||
+         (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && (dir == "/" || path[dir.size()] == '/'));
 }
 
 // The policy path with every symlink on the way resolved, recording each symlink met (its path
@@ -67,8 +67,7 @@ std::string resolve(const std::string& path, std::map<std::string, std::string>&
 bool is_device_like(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;
-  return S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode) ||
-         S_ISSOCK(st.st_mode);
+  return S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
 }
 
 std::string relative(const std::string& absolute) { return absolute.substr(1); }
@@ -103,8 +102,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
   std::map<std::string, bool> wanted;
   std::map<std::string, std::string> links;
   auto want = [&](const std::string& path, bool writable) {
-    if (path.empty() || path.front() != '/')
-      throw SandboxError("new root: policy path '" + path + "' is not absolute");
+    if (path.empty() || path.front() != '/') throw SandboxError("new root: policy path '" + path + "' is not absolute");
     std::string canonical = resolve(path, links, 0);
     if (canonical.empty()) return;  // missing: Landlock's layer lists it as skipped
     if (canonical == "/")
@@ -138,8 +136,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
       cur /= *it;
       const bool is_last = std::next(it) == p.end();
       if (!made.insert(cur.string()).second) continue;
-      plan.root_ops.push_back(
-          {is_last ? last : RootOp::kDir, relative(cur.string()), is_last ? target : "", -1});
+      plan.root_ops.push_back({is_last ? last : RootOp::kDir, relative(cur.string()), is_last ? target : "", -1});
     }
   };
   for (const auto& [path, writable] : wanted) {
@@ -150,12 +147,10 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
                          " separate policy paths; list fewer, wider directories");
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) fail("inspecting '" + path + "'", errno);
-    const bool mapped =
-        idmap && (writable || path == workspace) && idmap_kind(path) == Idmap::kMap;
+    const bool mapped = idmap && (writable || path == workspace) && idmap_kind(path) == Idmap::kMap;
     plan.root_binds.push_back({path, writable, mapped});
     if (!outer) skeleton(path, S_ISDIR(st.st_mode) ? RootOp::kDir : RootOp::kFile, "");
-    binds.push_back(
-        {RootOp::kBind, relative(path), "", static_cast<int>(plan.root_binds.size() - 1)});
+    binds.push_back({RootOp::kBind, relative(path), "", static_cast<int>(plan.root_binds.size() - 1)});
     bound.emplace_back(path, writable);
   }
   // Symlinks, unless they lie inside a bound tree (where the clone already has them).
@@ -176,18 +171,17 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
     for (const RootBind& b : plan.root_binds)
       if (under(b.source, home) || under(home, b.source))
         throw SandboxError("new root: the policy path '" + b.source + "' " +
-                           (under(b.source, home) ? "lies inside" : "holds") + " the private home " +
-                           home + " that ${home} names; use one or the other");
+                           (under(b.source, home) ? "lies inside" : "holds") + " the private home " + home +
+                           " that ${home} names; use one or the other");
     for (const auto& [path, target] : links)
       if (under(home, path))
-        throw SandboxError("new root: the host's '" + path + "' is a symlink, and the private home " +
-                           home + " lies beneath it");
+        throw SandboxError("new root: the host's '" + path + "' is a symlink, and the private home " + home +
+                           " lies beneath it");
     skeleton(home, RootOp::kDir, "");
     plan.root_ops.push_back({RootOp::kHome, relative(home), "", -1});
     plan.private_home = true;
     plan.home_writable = paths.home_writable;
-    home_detail = "; " + home + ": a private empty tmpfs, " +
-                  (paths.home_writable ? "writable" : "read-only") +
+    home_detail = "; " + home + ": a private empty tmpfs, " + (paths.home_writable ? "writable" : "read-only") +
                   ", gone when the child ends";
   }
 
@@ -203,8 +197,7 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
     proc_detail = "no /proc (it needs the PID namespace, which is not in force)";
   } else if (host_proc) {
     proc_detail = "no procfs of its own: the policy binds the host's '" + host_proc->source + "'";
-  } else if (int refusal =
-                 private_proc_refusal(plan.clone_flags & (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID))) {
+  } else if (int refusal = private_proc_refusal(plan.clone_flags & (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID))) {
     proc_detail = std::string("no /proc: the kernel refused a procfs for the child's PID namespace (") +
                   std::strerror(refusal) +
                   (refusal == EPERM ? "; no fully visible /proc here to stand in for, as in a "
@@ -249,8 +242,7 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
     struct stat st {};
     if (::stat(workspace.c_str(), &st) != 0) {
       int err = errno;
-      throw SandboxError("launch request: workspace '" + workspace +
-                         "' cannot be inspected: " + std::strerror(err));
+      throw SandboxError("launch request: workspace '" + workspace + "' cannot be inspected: " + std::strerror(err));
     }
     plan.identity = true;
     plan.inner_uid = st.st_uid;
@@ -272,21 +264,18 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
       std::ifstream in("/etc/subuid");
       std::string line;
       while (std::getline(in, line))
-        if (line.rfind(std::string(pw->pw_name) + ":", 0) == 0 ||
-            line.rfind(std::to_string(::getuid()) + ":", 0) == 0)
+        if (line.rfind(std::string(pw->pw_name) + ":", 0) == 0 || line.rfind(std::to_string(::getuid()) + ":", 0) == 0)
           subuid = line;
     }
-    out.identity = {
-        Layer::kIdentity, false,
-        "the supervisor is not root: the child keeps uid " + std::to_string(::getuid()) +
-            " (identity map), since an id-mapped mount of the workspace needs CAP_SYS_ADMIN in "
-            "the initial user namespace; " +
-            (subuid.empty()
-                 ? std::string("no /etc/subuid range for this user")
-                 : "the /etc/subuid range (" + subuid +
-                       ") is not used: files the child creates would belong to a subordinate id "
-                       "the user cannot edit") +
-            ". The read-only root still stops changes outside the write roots"};
+    out.identity = {Layer::kIdentity, false,
+                    "the supervisor is not root: the child keeps uid " + std::to_string(::getuid()) +
+                        " (identity map), since an id-mapped mount of the workspace needs CAP_SYS_ADMIN in "
+                        "the initial user namespace; " +
+                        (subuid.empty() ? std::string("no /etc/subuid range for this user")
+                                        : "the /etc/subuid range (" + subuid +
+                                              ") is not used: files the child creates would belong to a subordinate id "
+                                              "the user cannot edit") +
+                        ". The read-only root still stops changes outside the write roots"};
   } else {
     out.identity = {Layer::kIdentity, false,
                     std::string("needs the user and mount namespaces, which are not both in "
@@ -294,10 +283,10 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
   }
 
   if (!mount_ns) {
-    out.read_only_host.detail = std::string("needs the mount namespace") +
-                                (paths.home ? " (and so does the private home: ${home} names no "
-                                              "directory the child can reach)"
-                                            : "");
+    out.read_only_host.detail =
+        std::string("needs the mount namespace") + (paths.home ? " (and so does the private home: ${home} names no "
+                                                                 "directory the child can reach)"
+                                                               : "");
     out.idmapped_roots.detail = "needs the mount namespace";
     return out;
   }
@@ -306,13 +295,11 @@ RootLayers plan_root_and_identity(Plan& plan, const RootPaths& paths, bool root)
   if (plan.identity) {
     std::string mapped;
     for (const RootBind& b : plan.root_binds)
-      if (b.idmapped)
-        mapped += (mapped.empty() ? "" : ", ") + b.source + (b.writable ? " (rw)" : " (ro)");
+      if (b.idmapped) mapped += (mapped.empty() ? "" : ", ") + b.source + (b.writable ? " (rw)" : " (ro)");
     out.idmapped_roots = {Layer::kIdmappedRoots, !mapped.empty(),
                           mapped.empty() ? "no write root or workspace to map"
-                                         : "on-disk uid " + std::to_string(plan.inner_uid) +
-                                               " and gid " + std::to_string(plan.inner_gid) +
-                                               " are the child's in: " + mapped};
+                                         : "on-disk uid " + std::to_string(plan.inner_uid) + " and gid " +
+                                               std::to_string(plan.inner_gid) + " are the child's in: " + mapped};
   } else {
     out.idmapped_roots.detail = root ? "needs the identity layer"
                                      : "needs a root supervisor; the child keeps the user's "
@@ -357,13 +344,11 @@ std::vector<int> clone_roots(const Plan& plan, pid_t child) {
       attr.attr_set |= MOUNT_ATTR_IDMAP;
       attr.userns_fd = static_cast<std::uint64_t>(userns);
     }
-    if (attr.attr_set != 0 &&
-        sys::mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr) != 0) {
+    if (attr.attr_set != 0 && sys::mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr) != 0) {
       int err = errno;
       cleanup();
       if (userns >= 0) ::close(userns);
-      fail(std::string(b.idmapped ? "id-mapping" : "making read-only") + " the clone of '" +
-               b.source + "'" +
+      fail(std::string(b.idmapped ? "id-mapping" : "making read-only") + " the clone of '" + b.source + "'" +
                (b.idmapped && err == EINVAL ? " (its filesystem has no id-mapped mounts)" : ""),
            err);
     }

@@ -34,11 +34,10 @@ struct NamedFlag {
 
 // CLONE_NEWTIME (0x80) overlaps the exit-signal byte of clone(2); only clone3 and unshare take it,
 // and both are refused whole.
-constexpr NamedFlag kNamespaceFlags[] = {
-    {"CLONE_NEWUSER", CLONE_NEWUSER},    {"CLONE_NEWPID", CLONE_NEWPID},
-    {"CLONE_NEWNET", CLONE_NEWNET},      {"CLONE_NEWNS", CLONE_NEWNS},
-    {"CLONE_NEWIPC", CLONE_NEWIPC},      {"CLONE_NEWUTS", CLONE_NEWUTS},
-    {"CLONE_NEWCGROUP", CLONE_NEWCGROUP}};
+constexpr NamedFlag kNamespaceFlags[] = {{"CLONE_NEWUSER", CLONE_NEWUSER},    {"CLONE_NEWPID", CLONE_NEWPID},
+                                         {"CLONE_NEWNET", CLONE_NEWNET},      {"CLONE_NEWNS", CLONE_NEWNS},
+                                         {"CLONE_NEWIPC", CLONE_NEWIPC},      {"CLONE_NEWUTS", CLONE_NEWUTS},
+                                         {"CLONE_NEWCGROUP", CLONE_NEWCGROUP}};
 
 // ioctl requests refused whatever the high 32 bits hold. Each has bit 31 clear, so no
 // sign-extended request (high bits all ones, bit 31 set) can name one.
@@ -72,8 +71,7 @@ std::string hex(std::uint64_t v) {
 
 // Aligned blocks that cover [lo, hi] exactly, as (mask, value) pairs for a 64-bit MASKED_EQ: a
 // range test with one comparison per rule (libseccomp compares each argument once per rule).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> aligned_blocks(std::uint64_t lo,
-                                                                    std::uint64_t hi) {
+std::vector<std::pair<std::uint64_t, std::uint64_t>> aligned_blocks(std::uint64_t lo, std::uint64_t hi) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
   for (;;) {
     std::uint64_t size = lo == 0 ? (std::uint64_t{1} << 63) : (lo & (~lo + 1));
@@ -94,16 +92,13 @@ class RuleSet {
   std::vector<Rule> build() {
     // Decided first, so that no group can allow them.
     whole("clone3", ENOSYS, "ENOSYS", "always (its flags live in memory, out of the filter's reach)");
-    for (std::string_view name : always_denied_syscalls())
-      whole(std::string(name), EPERM, "EPERM", "always denied");
-    for (const std::string& name : policy_.extra_denied_syscalls)
-      whole(name, EPERM, "EPERM", "sandbox.syscalls.deny");
+    for (std::string_view name : always_denied_syscalls()) whole(std::string(name), EPERM, "EPERM", "always denied");
+    for (const std::string& name : policy_.extra_denied_syscalls) whole(name, EPERM, "EPERM", "sandbox.syscalls.deny");
 
     for (const SyscallGroupDef& g : syscall_group_defs())
       if (granted_.count(std::string(g.name)))
         for (std::string_view name : g.members) allow(std::string(name), std::string(g.name));
-    for (const std::string& name : policy_.extra_allowed_syscalls)
-      allow(name, "sandbox.syscalls.allow");
+    for (const std::string& name : policy_.extra_allowed_syscalls) allow(name, "sandbox.syscalls.allow");
 
     // Known syscalls of the groups the policy does not list: EPERM, a clear "refused here".
     for (const SyscallGroupDef& g : syscall_group_defs())
@@ -116,14 +111,12 @@ class RuleSet {
  private:
   void whole(const std::string& name, int err, const char* err_text, std::string origin) {
     if (!decided_.insert(name).second) return;
-    rules_.push_back({name, SCMP_ACT_ERRNO(err), std::string("errno ") + err_text, {}, "",
-                      std::move(origin)});
+    rules_.push_back({name, SCMP_ACT_ERRNO(err), std::string("errno ") + err_text, {}, "", std::move(origin)});
   }
 
-  void add(const std::string& name, std::uint32_t action, std::string text,
-           std::vector<scmp_arg_cmp> args, std::string condition, const std::string& origin) {
-    rules_.push_back(
-        {name, action, std::move(text), std::move(args), std::move(condition), origin});
+  void add(const std::string& name, std::uint32_t action, std::string text, std::vector<scmp_arg_cmp> args,
+           std::string condition, const std::string& origin) {
+    rules_.push_back({name, action, std::move(text), std::move(args), std::move(condition), origin});
   }
 
   void allow(const std::string& name, const std::string& origin) {
@@ -134,20 +127,16 @@ class RuleSet {
       unsigned long ns = 0;
       for (const NamedFlag& flag : kNamespaceFlags) ns |= flag.value;
       if (granted_.count("process")) {
-        add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A0(SCMP_CMP_MASKED_EQ, ns, 0)},
-            "no namespace flag", origin);
+        add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A0(SCMP_CMP_MASKED_EQ, ns, 0)}, "no namespace flag", origin);
       } else {
         // One masked compare tests both: no namespace flag, and CLONE_THREAD set or clear.
-        add(name, SCMP_ACT_ALLOW, "allow",
-            {SCMP_A0(SCMP_CMP_MASKED_EQ, ns | CLONE_THREAD, CLONE_THREAD)},
+        add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A0(SCMP_CMP_MASKED_EQ, ns | CLONE_THREAD, CLONE_THREAD)},
             "CLONE_THREAD, no namespace flag", origin);
-        add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-            {SCMP_A0(SCMP_CMP_MASKED_EQ, ns | CLONE_THREAD, 0)},
+        add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM", {SCMP_A0(SCMP_CMP_MASKED_EQ, ns | CLONE_THREAD, 0)},
             "no CLONE_THREAD (a new process: group process not allowed)", origin);
       }
       for (const NamedFlag& flag : kNamespaceFlags)
-        add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-            {SCMP_A0(SCMP_CMP_MASKED_EQ, flag.value, flag.value)},
+        add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM", {SCMP_A0(SCMP_CMP_MASKED_EQ, flag.value, flag.value)},
             std::string("flags & ") + flag.name, origin);
     } else if (name == "ioctl") {
       // The kernel takes the request as an int: refuse on the low 32 bits (CVE-2019-10063), and
@@ -158,18 +147,15 @@ class RuleSet {
         lo = denied + 1;
       }
       allow_request_range(lo, 0xffffffffULL, origin);
-      add(name, SCMP_ACT_ALLOW, "allow",
-          {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffff80000000ULL, 0xffffffff80000000ULL)},
+      add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffff80000000ULL, 0xffffffff80000000ULL)},
           "request sign-extended from a negative int", origin);
-      add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-          {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)}, "request == TIOCSTI", origin);
-      add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
-          {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)}, "request == TIOCLINUX",
-          origin);
+      add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM", {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI)},
+          "request == TIOCSTI", origin);
+      add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM", {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCLINUX)},
+          "request == TIOCLINUX", origin);
     } else if (name == "personality") {
       for (std::uint64_t persona : kAllowedPersonas)
-        add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A0(SCMP_CMP_EQ, persona)},
-            "persona == " + hex(persona), origin);
+        add(name, SCMP_ACT_ALLOW, "allow", {SCMP_A0(SCMP_CMP_EQ, persona)}, "persona == " + hex(persona), origin);
       // Bit 31 clear keeps the rule disjoint from the 0xffffffff query; every real persona has it
       // clear. Other values fall to the default.
       add(name, SCMP_ACT_ERRNO(EPERM), "errno EPERM",
@@ -184,17 +170,15 @@ class RuleSet {
       // A datagram pair could still sendto(2) a named socket (and be reconnected with connect(2));
       // stream and seqpacket pairs are connected for good and ignore a destination address.
       // 0xf is the kernel's SOCK_TYPE_MASK: SOCK_CLOEXEC and SOCK_NONBLOCK lie above it.
-      for (auto [type, type_name] : {std::pair{SOCK_STREAM, "SOCK_STREAM"},
-                                     std::pair{SOCK_SEQPACKET, "SOCK_SEQPACKET"}})
+      for (auto [type, type_name] :
+           {std::pair{SOCK_STREAM, "SOCK_STREAM"}, std::pair{SOCK_SEQPACKET, "SOCK_SEQPACKET"}})
         add(name, SCMP_ACT_ALLOW, "allow",
-            {SCMP_A0(SCMP_CMP_EQ, AF_UNIX), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL,
-                                                    static_cast<std::uint64_t>(type))},
+            {SCMP_A0(SCMP_CMP_EQ, AF_UNIX), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL, static_cast<std::uint64_t>(type))},
             std::string("domain == AF_UNIX, (type & SOCK_TYPE_MASK) == ") + type_name, origin);
       // Not-equal on the full 64 bits fails closed when the high bits of the int hold garbage.
-      add(name, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT",
-          {SCMP_A0(SCMP_CMP_NE, AF_UNIX)}, "domain != AF_UNIX", origin);
-      add(name, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT",
-          {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL, SOCK_DGRAM)},
+      add(name, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT", {SCMP_A0(SCMP_CMP_NE, AF_UNIX)},
+          "domain != AF_UNIX", origin);
+      add(name, SCMP_ACT_ERRNO(EAFNOSUPPORT), "errno EAFNOSUPPORT", {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL, SOCK_DGRAM)},
           "(type & SOCK_TYPE_MASK) == SOCK_DGRAM", origin);
     } else {
       add(name, SCMP_ACT_ALLOW, "allow", {}, "", origin);
@@ -227,8 +211,7 @@ struct CtxDeleter {
 // the same key compile to the same program.
 std::string policy_key(const Policy& policy) {
   std::string key(to_string(policy.network));
-  for (const auto* list : {&policy.syscall_groups, &policy.extra_allowed_syscalls,
-                           &policy.extra_denied_syscalls}) {
+  for (const auto* list : {&policy.syscall_groups, &policy.extra_allowed_syscalls, &policy.extra_denied_syscalls}) {
     key += '\n';
     for (const std::string& name : *list) key += name + ',';
   }
@@ -250,11 +233,10 @@ std::vector<sock_filter> export_program(const std::vector<Rule>& rules) {
     fail("choosing the binary-tree layout", rc);
   for (const Rule& rule : rules) {
     int nr = seccomp_syscall_resolve_name(rule.syscall.c_str());
-    if (nr == __NR_SCMP_ERROR)
-      throw SandboxError("seccomp: unknown syscall '" + rule.syscall + "'");
+    if (nr == __NR_SCMP_ERROR) throw SandboxError("seccomp: unknown syscall '" + rule.syscall + "'");
     if (rule.action == kDefaultAction) continue;  // libseccomp refuses those (EACCES)
-    int rc = seccomp_rule_add_array(ctx.get(), rule.action, nr,
-                                    static_cast<unsigned>(rule.args.size()), rule.args.data());
+    int rc =
+        seccomp_rule_add_array(ctx.get(), rule.action, nr, static_cast<unsigned>(rule.args.size()), rule.args.data());
     if (rc != 0) fail("adding the rule for " + rule.syscall, rc);
   }
 
@@ -266,14 +248,12 @@ std::vector<sock_filter> export_program(const std::vector<Rule>& rules) {
   } closer{fd};
   if (int rc = seccomp_export_bpf(ctx.get(), fd); rc != 0) fail("seccomp_export_bpf", rc);
   off_t size = ::lseek(fd, 0, SEEK_END);
-  if (size <= 0 || size % sizeof(sock_filter) != 0)
-    throw SandboxError("seccomp: exported filter has an invalid size");
+  if (size <= 0 || size % sizeof(sock_filter) != 0) throw SandboxError("seccomp: exported filter has an invalid size");
   std::vector<sock_filter> program(static_cast<std::size_t>(size) / sizeof(sock_filter));
   std::size_t done = 0;
   auto* bytes = reinterpret_cast<char*>(program.data());
   while (done < static_cast<std::size_t>(size)) {
-    ssize_t n =
-        ::pread(fd, bytes + done, static_cast<std::size_t>(size) - done, static_cast<off_t>(done));
+    ssize_t n = ::pread(fd, bytes + done, static_cast<std::size_t>(size) - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail("reading the exported filter", n < 0 ? errno : EIO);
     done += static_cast<std::size_t>(n);
@@ -319,11 +299,10 @@ std::vector<sock_filter> compile_init_seccomp() {
 std::vector<SyscallDecision> syscall_table(const Policy& policy) {
   std::vector<SyscallDecision> table;
   table.push_back({"*", "errno ENOSYS", "any syscall no row names (native x86_64 ABI)", "default"});
-  table.push_back(
-      {"*", "kill process", "non-native architecture (ia32 int 0x80) or x32 number", "default"});
+  table.push_back({"*", "kill process", "non-native architecture (ia32 int 0x80) or x32 number", "default"});
   for (Rule& rule : rules_for(policy))
-    table.push_back({std::move(rule.syscall), std::move(rule.action_text),
-                     std::move(rule.condition), std::move(rule.origin)});
+    table.push_back(
+        {std::move(rule.syscall), std::move(rule.action_text), std::move(rule.condition), std::move(rule.origin)});
   return table;
 }
 

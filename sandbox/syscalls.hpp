@@ -133,8 +133,7 @@ struct __attribute__((packed)) LandlockPathBeneathAttr {
   std::int32_t parent_fd;
 };
 
-inline int landlock_create_ruleset(const LandlockRulesetAttr* attr, std::size_t size,
-                                   unsigned flags) noexcept {
+inline int landlock_create_ruleset(const LandlockRulesetAttr* attr, std::size_t size, unsigned flags) noexcept {
   return static_cast<int>(::syscall(SYS_landlock_create_ruleset, attr, size, flags));
 }
 inline int landlock_add_rule(int ruleset_fd, int rule_type, const void* attr) noexcept {
@@ -149,17 +148,13 @@ inline int landlock_abi() noexcept {
   return abi < 0 ? 0 : abi;
 }
 
-inline long clone3(struct clone_args* args) noexcept {
-  return ::syscall(SYS_clone3, args, sizeof(*args));
-}
+inline long clone3(struct clone_args* args) noexcept { return ::syscall(SYS_clone3, args, sizeof(*args)); }
 // Legacy clone without a new stack: the child continues like after fork(). x86_64 argument order
 // is (flags, stack, parent_tid, child_tid, tls); with CLONE_PIDFD the pidfd lands in *parent_tid.
 inline long clone_legacy(unsigned long flags, int* pidfd) noexcept {
   return ::syscall(SYS_clone, flags, nullptr, pidfd, nullptr, nullptr);
 }
-inline int pidfd_open(pid_t pid) noexcept {
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
-}
+inline int pidfd_open(pid_t pid) noexcept { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U)); }
 inline int close_range(unsigned first, unsigned last, unsigned flags) noexcept {
   return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
 }
@@ -177,13 +172,12 @@ struct MountAttr {
 };
 // A detached copy of the mount tree at `path` (relative to `dirfd`), close-on-exec.
 inline int open_tree_clone(int dirfd, const char* path, unsigned extra_flags) noexcept {
-  return static_cast<int>(::syscall(SYS_open_tree, dirfd, path,
-                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | extra_flags));
+  return static_cast<int>(
+      ::syscall(SYS_open_tree, dirfd, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | extra_flags));
 }
 // Attaches the detached tree `from_fd` at `to_path` (relative to `to_dirfd`).
 inline int move_mount_fd(int from_fd, int to_dirfd, const char* to_path) noexcept {
-  return static_cast<int>(
-      ::syscall(SYS_move_mount, from_fd, "", to_dirfd, to_path, MOVE_MOUNT_F_EMPTY_PATH));
+  return static_cast<int>(::syscall(SYS_move_mount, from_fd, "", to_dirfd, to_path, MOVE_MOUNT_F_EMPTY_PATH));
 }
 inline int mount_setattr(int dirfd, const char* path, unsigned flags, const MountAttr* attr) noexcept {
   return static_cast<int>(::syscall(SYS_mount_setattr, dirfd, path, flags, attr, sizeof *attr));
@@ -213,7 +207,7 @@ inline int make_home_tmpfs(unsigned uid, unsigned gid, const char* size) noexcep
   const bool read_only = size == nullptr;
   constexpr unsigned kFsopenCloexec = 1, kSetString = 1, kCmdCreate = 6, kFsmountCloexec = 1;
   constexpr unsigned kAttrRdonly = 0x1, kAttrNosuid = 0x2, kAttrNodev = 0x4, kAttrNoexec = 0x8;
-  auto decimal = [](unsigned v, char (&out)[12]) noexcept {
+  auto decimal = [](unsigned v, char(&out)[12]) noexcept {
     char tmp[12];
     int n = 0;
     do {
@@ -236,8 +230,7 @@ inline int make_home_tmpfs(unsigned uid, unsigned gid, const char* size) noexcep
       ::syscall(SYS_fsconfig, fs, kSetString, "nr_inodes", read_only ? "16" : "16384", 0) == 0 &&
       ::syscall(SYS_fsconfig, fs, kCmdCreate, nullptr, nullptr, 0) == 0)
     mnt = static_cast<int>(::syscall(SYS_fsmount, fs, kFsmountCloexec,
-                                     kAttrNosuid | kAttrNodev | kAttrNoexec |
-                                         (read_only ? kAttrRdonly : 0)));
+                                     kAttrNosuid | kAttrNodev | kAttrNoexec | (read_only ? kAttrRdonly : 0)));
   int err = errno;
   ::close(fs);
   errno = err;
@@ -254,8 +247,8 @@ inline int make_proc_mount() noexcept {
   if (fs < 0) return -1;
   int mnt = -1;
   if (::syscall(SYS_fsconfig, fs, kCmdCreate, nullptr, nullptr, 0) == 0)
-    mnt = static_cast<int>(::syscall(SYS_fsmount, fs, kFsmountCloexec,
-                                     kAttrRdonly | kAttrNosuid | kAttrNodev | kAttrNoexec));
+    mnt = static_cast<int>(
+        ::syscall(SYS_fsmount, fs, kFsmountCloexec, kAttrRdonly | kAttrNosuid | kAttrNodev | kAttrNoexec));
   int err = errno;
   ::close(fs);
   errno = err;

@@ -17,15 +17,14 @@ namespace fs = std::filesystem;
 // /tmp/build-1, /opt/src/x), but the directory as a whole is everyone's.
 // /dev too: its subdirectories (/dev/pts, /dev/shm, /dev/mqueue) are dedicated mounts a policy may
 // grant on purpose (a terminal test, POSIX shared memory).
-constexpr std::array<std::string_view, 14> kExactly = {
-    "/",    "/home",  "/root", "/var",     "/run",       "/srv",        "/opt",
-    "/mnt", "/media", "/tmp",  "/var/tmp", "/usr/local", "/lost+found", "/dev"};
+constexpr std::array<std::string_view, 14> kExactly = {"/",        "/home",      "/root",       "/var",   "/run",
+                                                       "/srv",     "/opt",       "/mnt",        "/media", "/tmp",
+                                                       "/var/tmp", "/usr/local", "/lost+found", "/dev"};
 
 // The system: the directory and everything beneath it.
 constexpr std::array<std::string_view, 17> kSubtrees = {
-    "/etc",     "/usr",     "/bin",      "/sbin",      "/lib",      "/lib32",
-    "/lib64",   "/libx32",  "/boot",     "/proc",      "/sys",      "/var/lib",
-    "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
+    "/etc",  "/usr", "/bin",     "/sbin",    "/lib",       "/lib32",     "/lib64",    "/libx32",     "/boot",
+    "/proc", "/sys", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
 
 bool within(const fs::path& dir, const fs::path& top) {
   auto rel = dir.lexically_relative(top);

@@ -33,26 +33,47 @@ std::vector<json> lines_of(const fs::path& p) {
 // A child's session events, as ChildSession emits them.
 std::vector<json> session_events(const std::string& child, const std::string& tool, bool with_approval) {
   std::vector<json> ev = {
-      {{"event", "spawn"}, {"child", child}, {"preset", "worker"}, {"policy_digest", "d"}, {"description", "fix it"},
-       {"workspace", "/w"}, {"model", "replay:x"}},
+      {{"event", "spawn"},
+       {"child", child},
+       {"preset", "worker"},
+       {"policy_digest", "d"},
+       {"description", "fix it"},
+       {"workspace", "/w"},
+       {"model", "replay:x"}},
       {{"event", "started"}, {"child", child}, {"pid", 1}},
       {{"event", "model_request"}, {"child", child}, {"id", "m1"}},
       {{"event", "model_response"}, {"child", child}, {"id", "m1"}},
-      {{"event", "tool_decision"}, {"child", child}, {"id", "t1"}, {"tool", tool}, {"args", {{"command", "make test"}}},
-       {"decision", with_approval ? "ask" : "allow"}, {"reason", "tools.allow"}},
+      {{"event", "tool_decision"},
+       {"child", child},
+       {"id", "t1"},
+       {"tool", tool},
+       {"args", {{"command", "make test"}}},
+       {"decision", with_approval ? "ask" : "allow"},
+       {"reason", "tools.allow"}},
   };
   if (with_approval)
-    ev.push_back({{"event", "approval"}, {"child", child}, {"id", "t1"}, {"tool", tool}, {"allow", true}, {"reason", "ok"}});
+    ev.push_back(
+        {{"event", "approval"}, {"child", child}, {"id", "t1"}, {"tool", tool}, {"allow", true}, {"reason", "ok"}});
   ev.push_back({{"event", "tool_done"}, {"child", child}, {"id", "t1"}, {"tool", tool}, {"ok", true}, {"bytes", 5}});
-  ev.push_back({{"event", "tool_decision"}, {"child", child}, {"id", "t2"}, {"tool", "write_file"}, {"args", {{"path", "x"}}},
-                {"decision", "deny"}, {"reason", "tools.deny"}});
-  ev.push_back({{"event", "budget"}, {"child", child}, {"budget", "steps"}, {"status", "budget_exhausted"}, {"reason", "r"}});
+  ev.push_back({{"event", "tool_decision"},
+                {"child", child},
+                {"id", "t2"},
+                {"tool", "write_file"},
+                {"args", {{"path", "x"}}},
+                {"decision", "deny"},
+                {"reason", "tools.deny"}});
+  ev.push_back(
+      {{"event", "budget"}, {"child", child}, {"budget", "steps"}, {"status", "budget_exhausted"}, {"reason", "r"}});
   ev.push_back({{"event", "kill"}, {"child", child}, {"reason", "wrap-up grace expired"}});
   ev.push_back({{"event", "exit"}, {"child", child}, {"signal", 9}});
   ev.push_back({{"event", "envelope"},
                 {"child", child},
                 {"envelope",
-                 {{"id", child}, {"status", "budget_exhausted"}, {"steps", 3}, {"tool_calls", 1}, {"answer", "long answer"},
+                 {{"id", child},
+                  {"status", "budget_exhausted"},
+                  {"steps", 3},
+                  {"tool_calls", 1},
+                  {"answer", "long answer"},
                   {"transcript", "/t/subagent-" + child + ".json"}}}});
   return ev;
 }
@@ -75,7 +96,8 @@ std::pair<int, std::string> audit_cmd(std::vector<std::string> args) {
 
 }  // namespace
 
-TEST_CASE("one line per spawn, tool decision, approval, budget, kill and envelope; each names child, preset and parent") {
+TEST_CASE(
+    "one line per spawn, tool decision, approval, budget, kill and envelope; each names child, preset and parent") {
   test::TempDir d;
   const fs::path file = d.path() / "logs" / "audit.jsonl";
   AuditLog log(AuditOptions{file}, std::make_shared<const Scrubber>());
@@ -99,7 +121,8 @@ TEST_CASE("one line per spawn, tool decision, approval, budget, kill and envelop
     CHECK(time[10] == 'T');
   }
   // started, model_*, tool_done and exit are transcript-only.
-  CHECK(kinds == std::vector<std::string>{"spawn", "tool_decision", "approval", "tool_decision", "budget", "kill", "envelope"});
+  CHECK(kinds ==
+        std::vector<std::string>{"spawn", "tool_decision", "approval", "tool_decision", "budget", "kill", "envelope"});
   CHECK(lines[1]["tool"] == "run_command");
   CHECK(lines[1]["args"]["command"] == "make test");
   CHECK(lines[1]["decision"] == "ask");
@@ -116,9 +139,10 @@ TEST_CASE("audit lines are scrubbed, and long arguments are cut after scrubbing"
   AuditLog log(o, std::make_shared<const Scrubber>());
   json e = {{"event", "tool_decision"},
             {"tool", "run_command"},
-            {"args", {{"command", "curl -H 'Authorization: Bearer q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj' x"},
-                      {"env", "OPENAI_API_KEY=sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
-                      {"long", std::string(50, 'a') + " ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R" + std::string(100, 'z')}}},
+            {"args",
+             {{"command", "curl -H 'Authorization: Bearer q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj' x"},
+              {"env", "OPENAI_API_KEY=sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
+              {"long", std::string(50, 'a') + " ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R" + std::string(100, 'z')}}},
             {"decision", "allow"}};
   REQUIRE(log.record(e, {"c1", "worker", "p"}) == "");
   std::string text = test::slurp(o.file);
@@ -129,7 +153,10 @@ TEST_CASE("audit lines are scrubbed, and long arguments are cut after scrubbing"
   CHECK(text.find("[REDACTED:authorization]") != std::string::npos);
   CHECK(text.find("[cut: ") != std::string::npos);
   // Twin: a harmless command is recorded as it was.
-  json plain = {{"event", "tool_decision"}, {"tool", "run_command"}, {"args", {{"command", "make -j4 test"}}}, {"decision", "allow"}};
+  json plain = {{"event", "tool_decision"},
+                {"tool", "run_command"},
+                {"args", {{"command", "make -j4 test"}}},
+                {"decision", "allow"}};
   REQUIRE(log.record(plain, {"c1", "worker", "p"}) == "");
   CHECK(lines_of(o.file).back()["args"]["command"] == "make -j4 test");
 }
@@ -140,7 +167,10 @@ TEST_CASE("an oversized line is shrunk, never split, and events that are not aud
   o.max_string_bytes = 1 << 20;
   o.max_line_bytes = 4096;
   AuditLog log(o, std::make_shared<const Scrubber>());
-  json e = {{"event", "tool_decision"}, {"tool", "write_file"}, {"args", {{"content", std::string(100'000, 'x')}}}, {"decision", "allow"}};
+  json e = {{"event", "tool_decision"},
+            {"tool", "write_file"},
+            {"args", {{"content", std::string(100'000, 'x')}}},
+            {"decision", "allow"}};
   REQUIRE(log.record(e, {"c1", "worker", "p"}) == "");
   CHECK(log.record({{"event", "model_request"}}, {"c1", "worker", "p"}) == "");
   auto lines = lines_of(o.file);
@@ -161,7 +191,9 @@ TEST_CASE("concurrent writers append whole lines: nothing interleaves") {
       o.max_string_bytes = 1 << 20;  // whole patterns, so a mixed-up line would show
       AuditLog log(o, std::make_shared<const Scrubber>());
       for (int i = 0; i < per_writer; ++i) {
-        json e = {{"event", "tool_decision"}, {"tool", "grep"}, {"n", i},
+        json e = {{"event", "tool_decision"},
+                  {"tool", "grep"},
+                  {"n", i},
                   {"args", {{"pattern", std::string(static_cast<std::size_t>((i * 131 + w * 17) % 6000), 'a' + w)}}}};
         if (!log.record(e, {"writer" + std::to_string(w), "explore", "p"}).empty()) ::_exit(1);
       }
@@ -200,9 +232,12 @@ TEST_CASE("audit command: what did child X do, and which children ran commands")
   const fs::path file = d.path() / "audit.jsonl";
   {
     AuditLog log(AuditOptions{file}, std::make_shared<const Scrubber>());
-    for (const auto& e : session_events("aaaa00000001", "run_command", false)) log.record(e, {"aaaa00000001", "worker", "alice"});
-    for (const auto& e : session_events("bbbb00000002", "grep", false)) log.record(e, {"bbbb00000002", "explore", "bob"});
-    for (const auto& e : session_events("cccc00000003", "run_command", true)) log.record(e, {"cccc00000003", "worker", "alice"});
+    for (const auto& e : session_events("aaaa00000001", "run_command", false))
+      log.record(e, {"aaaa00000001", "worker", "alice"});
+    for (const auto& e : session_events("bbbb00000002", "grep", false))
+      log.record(e, {"bbbb00000002", "explore", "bob"});
+    for (const auto& e : session_events("cccc00000003", "run_command", true))
+      log.record(e, {"cccc00000003", "worker", "alice"});
   }
   std::ofstream(file, std::ios::app) << "not json\n";
 
@@ -227,7 +262,8 @@ TEST_CASE("audit command: what did child X do, and which children ran commands")
   CHECK(std::count(kids.begin(), kids.end(), '\n') == 2);
 
   // Only those whose command was allowed outright.
-  auto [rc3, allowed] = audit_cmd({"--file", file.string(), "--tool", "run_command", "--decision", "allow", "--children"});
+  auto [rc3, allowed] =
+      audit_cmd({"--file", file.string(), "--tool", "run_command", "--decision", "allow", "--children"});
   CHECK(rc3 == 0);
   CHECK(allowed.find("aaaa") != std::string::npos);
   CHECK(allowed.find("cccc") == std::string::npos);  // it asked, and then the approval said yes
@@ -253,11 +289,11 @@ TEST_CASE("audit command: what did child X do, and which children ran commands")
 TEST_CASE("audit --conversation prints what one child's model was sent and answered, from its transcript") {
   test::TempDir d, ws;
   ws.write("README.md", "# demo\nhello world\n");
-  const std::string script = d.write("model.jsonl",
-                                     R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
-                                     "\n"
-                                     R"({"content":"## Summary\nFound it in README.md."})"
-                                     "\n");
+  const std::string script =
+      d.write("model.jsonl", R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
+                             "\n"
+                             R"({"content":"## Summary\nFound it in README.md."})"
+                             "\n");
   const fs::path tdir = d.path() / "t";
   auto r = test::run({test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
                       ws.path().string(), "--brief", "find hello", "--model", "replay:" + script, "--quiet",

@@ -39,7 +39,8 @@ TEST_CASE("a raise is refused with the field and both values") {
     tighten(base, o, "the preset explore");
     FAIL("no error");
   } catch (const WideningError& e) {
-    CHECK(std::string(e.what()) == "--max-steps 101 exceeds the preset explore's max_steps 100 (limits may only tighten)");
+    CHECK(std::string(e.what()) ==
+          "--max-steps 101 exceeds the preset explore's max_steps 100 (limits may only tighten)");
   }
   BudgetOverrides t;
   t.timeout_ms = base.timeout_ms + 1;
@@ -73,9 +74,10 @@ TEST_CASE("a cost budget tightens like the others and is capped by the parent's 
   CHECK(*b.max_cost_usd == 2.5);
   BudgetOverrides more;
   more.max_cost_usd = 3.0;
-  CHECK_THROWS_WITH_AS(tighten(b, more, "the preset explore", "limits."),
-                       doctest::Contains("limits.max_cost_usd $3.0000 exceeds the preset explore's max_cost_usd $2.5000"),
-                       WideningError);
+  CHECK_THROWS_WITH_AS(
+      tighten(b, more, "the preset explore", "limits."),
+      doctest::Contains("limits.max_cost_usd $3.0000 exceeds the preset explore's max_cost_usd $2.5000"),
+      WideningError);
   BudgetOverrides zero;
   zero.max_cost_usd = 0;
   CHECK_THROWS_WITH(tighten(base, zero, "x"), doctest::Contains("--max-cost-usd must be a positive number"));
@@ -97,10 +99,10 @@ TEST_CASE("a cost budget tightens like the others and is capped by the parent's 
 TEST_CASE("the input estimate: previous input plus the bytes added since, learning a denser ratio") {
   InputEstimator e;
   CHECK(e.estimate(3000, 2) == 1000 + 16);  // 3 bytes a token, 8 per message
-  e.observe(3000, 2, 750);                 // the server counted 4 bytes a token: the ratio stays 3
+  e.observe(3000, 2, 750);                  // the server counted 4 bytes a token: the ratio stays 3
   CHECK(e.bytes_per_token() == 3.0);
   CHECK(e.estimate(6000, 4) == 750 + 1000 + 16);
-  e.observe(6000, 4, 3000);                // 2 bytes a token: the ratio follows
+  e.observe(6000, 4, 3000);  // 2 bytes a token: the ratio follows
   CHECK(e.bytes_per_token() == 2.0);
   CHECK(e.estimate(8000, 6) == 3000 + 1000 + 16);
   // Shrunk (trimmed): the previous input in proportion.
@@ -134,7 +136,8 @@ TEST_CASE("max_cost_usd from serve and mcp: parsed, capped by the parent's scope
   CHECK(*b.max_cost_usd == 1.0);  // the parent's cap reaches a child that sets none
   CHECK(*effective_budgets(p, scope, limits).max_cost_usd == 0.5);
   auto more = parse_limits(nlohmann::json{{"max_cost_usd", 2.0}}, "limits");
-  CHECK_THROWS_WITH(effective_budgets(p, scope, more), doctest::Contains("limits.max_cost_usd $2.0000 exceeds the parent's scope"));
+  CHECK_THROWS_WITH(effective_budgets(p, scope, more),
+                    doctest::Contains("limits.max_cost_usd $2.0000 exceeds the parent's scope"));
   CHECK_FALSE(effective_budgets(p, Scope{}, {}).max_cost_usd);  // no cost budget unless one is set
 }
 

@@ -35,12 +35,16 @@ TEST_CASE("the system prompt names the tools and the answer shape") {
 
 namespace {
 nlohmann::json history(std::size_t turns, std::size_t result_bytes = 3000) {
-  nlohmann::json m = nlohmann::json::array({{{"role", "system"}, {"content", "sys"}}, {{"role", "user"}, {"content", "task"}}});
+  nlohmann::json m =
+      nlohmann::json::array({{{"role", "system"}, {"content", "sys"}}, {{"role", "user"}, {"content", "task"}}});
   for (std::size_t k = 0; k < turns; ++k) {
     const std::string id = "c" + std::to_string(k);
-    m.push_back({{"role", "assistant"}, {"content", ""},
-                 {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f" + std::to_string(k)}}}}}}});
-    m.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(result_bytes, 'x')}});
+    m.push_back(
+        {{"role", "assistant"},
+         {"content", ""},
+         {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f" + std::to_string(k)}}}}}}});
+    m.push_back(
+        {{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(result_bytes, 'x')}});
   }
   return m;
 }
@@ -61,7 +65,8 @@ TEST_CASE("trimming: old tool results become stubs in blocks; the newest turns s
   CHECK(t.boundary() == 8);
   CHECK(stubs(m) == 8);
   CHECK(m[3]["content"] == trim_stub("read_file", {{"path", "f0"}}, 3000));
-  CHECK(m[3]["content"].get<std::string>().find("read_file {\"path\":\"f0\"} returned 3000 bytes") != std::string::npos);
+  CHECK(m[3]["content"].get<std::string>().find("read_file {\"path\":\"f0\"} returned 3000 bytes") !=
+        std::string::npos);
   CHECK(m[19]["content"].get<std::string>().size() == 3000);  // turn 8: kept
   CHECK(m[21]["content"].get<std::string>().size() == 3000);  // turn 9: kept
   // The prefix stays byte-for-byte the same until the history passes the threshold again; then the
@@ -87,7 +92,7 @@ TEST_CASE("trimming: off by a flag; small results kept; bad flags named") {
   Trimmer off(parse_trim_flags({"--no-trim"}));
   CHECK(off.trim(m) == 0);
   auto small = history(200, 100);  // every result under 300 bytes
-  Trimmer t;  // the defaults
+  Trimmer t;                       // the defaults
   CHECK(t.options().keep_turns == 1);
   t.trim(small);
   CHECK(stubs(small) == 0);

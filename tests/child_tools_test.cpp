@@ -64,9 +64,7 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-bool has(const std::string& hay, std::string_view needle) {
-  return hay.find(needle) != std::string::npos;
-}
+bool has(const std::string& hay, std::string_view needle) { return hay.find(needle) != std::string::npos; }
 
 struct Ws {
   TempDir dir;
@@ -111,8 +109,8 @@ bool process_gone(pid_t pid) {
 TEST_CASE("tool_specs and local_tool_names") {
   auto names = child::local_tool_names();
   std::set<std::string> set(names.begin(), names.end());
-  for (const char* n : {"read_file", "list_dir", "glob", "grep", "write_file", "edit_file",
-                        "run_command", "git_status", "git_log", "git_show", "git_diff"}) {
+  for (const char* n : {"read_file", "list_dir", "glob", "grep", "write_file", "edit_file", "run_command", "git_status",
+                        "git_log", "git_show", "git_diff"}) {
     CHECK(set.count(n) == 1);
   }
   json specs = child::tool_specs(names);
@@ -284,8 +282,7 @@ TEST_CASE("read_file: clear errors naming the path") {
   put(ws / "open.txt", "o\n");
   fs::permissions(ws / "secret.txt", fs::perms::none);
   fs::permissions(ws / "open.txt", fs::perms::owner_read | fs::perms::others_read);
-  fs::permissions(ws.dir.path(), fs::perms::owner_all | fs::perms::others_read |
-                                     fs::perms::others_exec);
+  fs::permissions(ws.dir.path(), fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
   // Root reads mode-000 files, so as root the check runs in a child that drops to nobody.
   auto check = [&](const char* path, const char* expect) {
     auto probe = [&] {
@@ -314,9 +311,8 @@ TEST_CASE("paths: escapes are refused with a clear error") {
   fs::create_symlink(outside.path(), ws / "link_out");
   fs::create_symlink(outside.path() / "x.txt", ws / "file_out");
 
-  for (std::string p : {std::string("../x.txt"), outside.path().string() + "/x.txt",
-                        std::string("a/../../x.txt"), std::string("/etc/passwd"),
-                        std::string("link_out/x.txt"), std::string("file_out")}) {
+  for (std::string p : {std::string("../x.txt"), outside.path().string() + "/x.txt", std::string("a/../../x.txt"),
+                        std::string("/etc/passwd"), std::string("link_out/x.txt"), std::string("file_out")}) {
     CAPTURE(p);
     auto out = ws.run("read_file", {{"path", p}});
     CHECK_FALSE(out.ok);
@@ -378,8 +374,8 @@ TEST_CASE("list_dir: sorted, directories marked, sizes, cap") {
 
 TEST_CASE("glob: *, ?, classes and ** across directories, skipping .git") {
   Ws ws;
-  for (const char* f : {"z.cpp", "a/y.cpp", "a/b/c/x.cpp", "a/b/n.hpp", ".git/q.cpp", "a/.git/r.cpp",
-                        "docs/readme.md", "a/b/c/x.cc"}) {
+  for (const char* f :
+       {"z.cpp", "a/y.cpp", "a/b/c/x.cpp", "a/b/n.hpp", ".git/q.cpp", "a/.git/r.cpp", "docs/readme.md", "a/b/c/x.cc"}) {
     put(ws / f, "x\n");
   }
   auto out = ws.run("glob", {{"pattern", "**/*.cpp"}});
@@ -522,15 +518,13 @@ TEST_CASE("grep: caps per file and in total, context lines") {
   CHECK(has(out.content, "stopped at max_matches=30"));
 
   out = ws.run("grep", {{"pattern", "hit"}, {"path", "c.txt"}, {"context", 1}});
-  CHECK(out.content.rfind(
-            "c.txt-2- two\nc.txt:3: three hit\nc.txt-4- four\n--\n"
-            "c.txt-6- six\nc.txt:7: seven hit\nc.txt-8- eight\n",
-            0) == 0);
+  CHECK(out.content.rfind("c.txt-2- two\nc.txt:3: three hit\nc.txt-4- four\n--\n"
+                          "c.txt-6- six\nc.txt:7: seven hit\nc.txt-8- eight\n",
+                          0) == 0);
   out = ws.run("grep", {{"pattern", "hit"}, {"path", "c.txt"}, {"context", 2}});
-  CHECK(out.content.rfind(
-            "c.txt-1- one\nc.txt-2- two\nc.txt:3: three hit\nc.txt-4- four\nc.txt-5- five\n"
-            "c.txt-6- six\nc.txt:7: seven hit\nc.txt-8- eight\n[",
-            0) == 0);
+  CHECK(out.content.rfind("c.txt-1- one\nc.txt-2- two\nc.txt:3: three hit\nc.txt-4- four\nc.txt-5- five\n"
+                          "c.txt-6- six\nc.txt:7: seven hit\nc.txt-8- eight\n[",
+                          0) == 0);
 
   // Output is capped like every tool result.
   ws.ctx.result_cap = 500;
@@ -558,11 +552,13 @@ TEST_CASE("grep: the literal prefilter never loses a match") {
     std::vector<int> lines;
   };
   const Case cases[] = {
-      {"colou?r", {1, 2}},          {"(foo|bar)baz", {4, 5}},  {"qux|colr", {3, 6}},
-      {"a{2}bc", {7}},              {"^abc$", {8}},             {"x\\.y", {9}},
-      {"x[.z]y", {9, 10}},          {"[A-Z]+_MAX\\b", {11}},   {"ab_max$", {12}},
-      {"\xc3\xa9t\xc3\xa9", {13}},  {"\\(lit\\)", {14}},      {"colou*r", {1, 2}},
-      {"(?i)AB_max", {11, 12}},     {"\\Qx.y\\E", {9}},
+      {"colou?r", {1, 2}},      {"(foo|bar)baz", {4, 5}},
+      {"qux|colr", {3, 6}},     {"a{2}bc", {7}},
+      {"^abc$", {8}},           {"x\\.y", {9}},
+      {"x[.z]y", {9, 10}},      {"[A-Z]+_MAX\\b", {11}},
+      {"ab_max$", {12}},        {"\xc3\xa9t\xc3\xa9", {13}},
+      {"\\(lit\\)", {14}},      {"colou*r", {1, 2}},
+      {"(?i)AB_max", {11, 12}}, {"\\Qx.y\\E", {9}},
   };
   for (const Case& c : cases) {
     std::string pattern = c.pattern;
@@ -586,8 +582,7 @@ TEST_CASE("grep: context groups in different files are separated") {
   put(ws / "a.txt", "x\nhit\ny\n");
   put(ws / "b.txt", "hit\nz\n");
   auto out = ws.run("grep", {{"pattern", "hit"}, {"context", 1}});
-  CHECK(out.content.rfind("a.txt-1- x\na.txt:2: hit\na.txt-3- y\n--\nb.txt:1: hit\nb.txt-2- z\n", 0) ==
-        0);
+  CHECK(out.content.rfind("a.txt-1- x\na.txt:2: hit\na.txt-3- y\n--\nb.txt:1: hit\nb.txt-2- z\n", 0) == 0);
 }
 
 TEST_CASE("grep: symlinked directories are not followed out of the workspace") {
@@ -621,8 +616,7 @@ TEST_CASE("result cap: cut on a UTF-8 boundary with a note, at every size") {
     if (n <= cap) {
       CHECK(out.content == full.content);
     } else if (cap >= 80) {
-      auto note = out.content.rfind("\n[output truncated: " + std::to_string(n) +
-                                    " bytes, showing first ");
+      auto note = out.content.rfind("\n[output truncated: " + std::to_string(n) + " bytes, showing first ");
       REQUIRE(note != std::string::npos);
       CHECK(full.content.compare(0, note, out.content, 0, note) == 0);
       CHECK(has(out.content, "showing first " + std::to_string(note) + "]"));
@@ -668,16 +662,14 @@ TEST_CASE("edit_file: missing, non-unique, unique, replace_all") {
   CHECK(has(out.content, "matches 2 times in 'f.txt'"));
   CHECK(slurp(ws / "f.txt") == "alpha\nbeta\nalpha\ngamma\n");
 
-  out = ws.run("edit_file",
-               {{"path", "f.txt"}, {"old_string", "alpha\ngamma"}, {"new_string", "omega"}});
+  out = ws.run("edit_file", {{"path", "f.txt"}, {"old_string", "alpha\ngamma"}, {"new_string", "omega"}});
   REQUIRE(out.ok);
   CHECK(has(out.content, "replaced 1 occurrence (first at line 3)"));
   CHECK(out.files_changed == std::vector<std::string>{"f.txt"});
   CHECK(slurp(ws / "f.txt") == "alpha\nbeta\nomega\n");
 
   put(ws / "g.txt", "a a a\n");
-  out = ws.run("edit_file",
-               {{"path", "g.txt"}, {"old_string", "a"}, {"new_string", "bb"}, {"replace_all", true}});
+  out = ws.run("edit_file", {{"path", "g.txt"}, {"old_string", "a"}, {"new_string", "bb"}, {"replace_all", true}});
   REQUIRE(out.ok);
   CHECK(has(out.content, "replaced 3 occurrences"));
   CHECK(slurp(ws / "g.txt") == "bb bb bb\n");
@@ -796,8 +788,7 @@ TEST_CASE("run_command: inherited descriptors do not reach the command") {
   Ws ws;
   int fds[2];
   REQUIRE(::pipe(fds) == 0);  // not close-on-exec, like a protocol pipe could be
-  auto out = ws.run("run_command",
-                    {{"command", "ls /proc/self/fd | sort -n | tr '\\n' ' '"}});
+  auto out = ws.run("run_command", {{"command", "ls /proc/self/fd | sort -n | tr '\\n' ' '"}});
   ::close(fds[0]);
   ::close(fds[1]);
   // 0, 1, 2 and the fd `ls` opened to read the directory.

@@ -38,10 +38,22 @@ struct Gate {
     std::string script;
     for (const auto& t : turns) script += t.dump() + "\n";
     const std::string model = "replay:" + dir.write("model.jsonl", script);
-    std::vector<std::string> argv = {test::bin("subagent-supervisor").string(), "run", "--preset", "gate",
-                                     "--policy-dir", (dir.path() / "policies").string(), "--workspace",
-                                     ws.path().string(), "--brief", "look", "--model", model, "--quiet",
-                                     "--no-transcript", "--audit-log", (dir.path() / "audit.jsonl").string()};
+    std::vector<std::string> argv = {test::bin("subagent-supervisor").string(),
+                                     "run",
+                                     "--preset",
+                                     "gate",
+                                     "--policy-dir",
+                                     (dir.path() / "policies").string(),
+                                     "--workspace",
+                                     ws.path().string(),
+                                     "--brief",
+                                     "look",
+                                     "--model",
+                                     model,
+                                     "--quiet",
+                                     "--no-transcript",
+                                     "--audit-log",
+                                     (dir.path() / "audit.jsonl").string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return test::run(argv);  // stdin is no terminal: nobody can answer an approval
   }
@@ -89,11 +101,12 @@ TEST_CASE("run: an ask with no approver is denied, with a line on stderr and an 
   CHECK(env["tools_denied"] == 1);
   CHECK(env["denials_omitted"] == 0);
   REQUIRE(env["denials"].size() == 1);
-  CHECK(env["denials"][0] == json{{"tool", "read_file"}, {"rule", "ask: no approver"},
+  CHECK(env["denials"][0] == json{{"tool", "read_file"},
+                                  {"rule", "ask: no approver"},
                                   {"reason", "policy gate: tools.ask lists 'read_file'"}});
   CHECK(env["tools_used"].value("read_file", 0) == 0);
-  CHECK(denial_lines(r.err) ==
-        std::vector<std::string>{line_for(env, "read_file", "ask: no approver", "policy gate: tools.ask lists 'read_file'")});
+  CHECK(denial_lines(r.err) == std::vector<std::string>{line_for(env, "read_file", "ask: no approver",
+                                                                 "policy gate: tools.ask lists 'read_file'")});
   // The audit log has the denial with its rule, and `audit --event denial` finds exactly it.
   const std::string audit = test::slurp(g.dir.path() / "audit.jsonl");
   CHECK(audit.find(R"("decision":"deny")") != std::string::npos);
@@ -166,7 +179,8 @@ TEST_CASE("run: more denials than the cap: the first 16 listed, the rest counted
   CHECK(env["tools_denied"] == 300);
   REQUIRE(env["denials"].size() == protocol::kMaxDenials);
   CHECK(env["denials_omitted"] == 300 - protocol::kMaxDenials);
-  for (std::size_t i = 0; i < protocol::kMaxDenials; ++i) CHECK(env["denials"][i]["tool"] == "nope_" + std::to_string(i));
+  for (std::size_t i = 0; i < protocol::kMaxDenials; ++i)
+    CHECK(env["denials"][i]["tool"] == "nope_" + std::to_string(i));
   // stderr: one line per denial up to 256, then one line saying the rest are only counted.
   auto lines = denial_lines(r.err);
   REQUIRE(lines.size() == 257);

@@ -41,8 +41,10 @@ int main(int argc, char** argv) {
   int rc = context.run();
   if (context.shouldExit()) return rc;
   if (g_run_ended && g_selected == 0) {
-    std::fprintf(stderr, "%s: no test case matches the filters given (a --source-file pattern names a file "
-                 "that is not in this binary?)\n", argc > 0 ? argv[0] : "test");
+    std::fprintf(stderr,
+                 "%s: no test case matches the filters given (a --source-file pattern names a file "
+                 "that is not in this binary?)\n",
+                 argc > 0 ? argv[0] : "test");
     return EXIT_FAILURE;
   }
   return rc;

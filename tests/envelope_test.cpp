@@ -49,9 +49,29 @@ TEST_CASE("envelope JSON carries every documented field") {
   e.tools_used = {{"grep", 2}};
   e.exit.signal = SIGKILL;
   auto j = to_json(e);
-  for (const char* k : {"id", "preset", "description", "status", "budget", "reason", "summary", "summary_truncated",
-                        "summary_bytes", "answer", "answer_truncated", "answer_bytes", "tools_used", "tools_denied",
-                        "denials", "denials_omitted", "usage", "steps", "tool_calls", "duration_ms", "exit", "transcript", "sandbox"})
+  for (const char* k : {"id",
+                        "preset",
+                        "description",
+                        "status",
+                        "budget",
+                        "reason",
+                        "summary",
+                        "summary_truncated",
+                        "summary_bytes",
+                        "answer",
+                        "answer_truncated",
+                        "answer_bytes",
+                        "tools_used",
+                        "tools_denied",
+                        "denials",
+                        "denials_omitted",
+                        "usage",
+                        "steps",
+                        "tool_calls",
+                        "duration_ms",
+                        "exit",
+                        "transcript",
+                        "sandbox"})
     CHECK_MESSAGE(j.contains(k), k);
   CHECK(j["status"] == "budget_exhausted");
   CHECK(j["budget"] == "steps");

@@ -17,9 +17,18 @@ namespace {
 const std::string kSup = test::bin("subagent-supervisor").string();
 
 std::vector<std::string> run_args(std::vector<std::string> extra, const std::string& script = "") {
-  std::vector<std::string> a = {kSup, "run", "--preset", "explore", "--workspace", SUBAGENT_SOURCE_DIR, "--brief",
-                                "look around", "--no-transcript", "--model",
-                                "replay:" + (script.empty() ? test::source("examples/explore-demo.jsonl").string() : script)};
+  std::vector<std::string> a = {
+      kSup,
+      "run",
+      "--preset",
+      "explore",
+      "--workspace",
+      SUBAGENT_SOURCE_DIR,
+      "--brief",
+      "look around",
+      "--no-transcript",
+      "--model",
+      "replay:" + (script.empty() ? test::source("examples/explore-demo.jsonl").string() : script)};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -37,8 +46,8 @@ std::vector<std::string> sandboxed(const std::string& ws, std::vector<std::strin
 }  // namespace
 
 TEST_CASE("every command's --help prints the one table") {
-  for (const auto& cmd : std::vector<std::vector<std::string>>{{kSup, "--help"}, {kSup, "run", "--help"},
-                                                               {kSup, "sandbox", "--help"}}) {
+  for (const auto& cmd :
+       std::vector<std::vector<std::string>>{{kSup, "--help"}, {kSup, "run", "--help"}, {kSup, "sandbox", "--help"}}) {
     auto r = test::run(cmd);
     CHECK(r.code == 0);
     for (const char* row : {"Exit status (the same for every command)", "  64   bad command line", "  125  nothing",
@@ -63,7 +72,8 @@ TEST_CASE("1: the command ran and reports a problem (policy check of a broken fi
 TEST_CASE("2, 3, 5, 6: the envelope's status") {
   test::TempDir d;
   const std::string forever =
-      d.write("f.jsonl", R"({"tool_calls":[{"name":"list_dir","arguments":{}}],"repeat":"forever"})" "\n");
+      d.write("f.jsonl", R"({"tool_calls":[{"name":"list_dir","arguments":{}}],"repeat":"forever"})"
+                         "\n");
   auto budget = test::run(run_args({"--max-steps", "2"}, forever));
   CHECK(budget.code == 2);
   CHECK(json::parse(budget.out)["status"] == "budget_exhausted");
@@ -111,14 +121,17 @@ TEST_CASE("4: cancelled by SIGTERM") {
 TEST_CASE("64: a bad command line, or one naming what does not exist; the valid twin runs") {
   CHECK(test::run({kSup, "run", "--bogus"}).code == 64);
   CHECK(test::run({kSup, "frobnicate"}).code == 64);
-  auto preset = test::run({kSup, "run", "--preset", "nosuch", "--workspace", ".", "--brief", "b", "--model", "replay:x"});
+  auto preset =
+      test::run({kSup, "run", "--preset", "nosuch", "--workspace", ".", "--brief", "b", "--model", "replay:x"});
   CHECK(preset.code == 64);
   CHECK(preset.err.find("unknown preset 'nosuch' (the presets in ") != std::string::npos);
   CHECK(preset.err.find("explore") != std::string::npos);
-  auto ws = test::run({kSup, "run", "--preset", "explore", "--workspace", "/nonexistent", "--brief", "b", "--model", "replay:x"});
+  auto ws = test::run(
+      {kSup, "run", "--preset", "explore", "--workspace", "/nonexistent", "--brief", "b", "--model", "replay:x"});
   CHECK(ws.code == 64);
   CHECK(test::run({kSup, "sandbox", "--preset", "nosuch", "--", "/bin/true"}).code == 64);
-  CHECK(test::run({kSup, "sandbox", "--preset", "explore", "--workspace", "/nonexistent", "--", "/bin/true"}).code == 64);
+  CHECK(test::run({kSup, "sandbox", "--preset", "explore", "--workspace", "/nonexistent", "--", "/bin/true"}).code ==
+        64);
   for (const char* flag : {"--max-steps", "--max-tokens", "--summary-bytes", "--answer-bytes"}) {
     auto zero = test::run(run_args({flag, "0"}));
     CHECK_MESSAGE(zero.code == 64, flag);
@@ -141,8 +154,8 @@ TEST_CASE("125: nothing was started, the child or its sandbox could not be set u
   // A preset that exists but does not load.
   test::TempDir policies;
   policies.write("broken.json", "{\"schema\": 1,");
-  auto broken = test::run({kSup, "sandbox", "--preset", "broken", "--policy-dir", policies.path().string(), "--",
-                           "/bin/true"});
+  auto broken =
+      test::run({kSup, "sandbox", "--preset", "broken", "--policy-dir", policies.path().string(), "--", "/bin/true"});
   CHECK(broken.code == 125);
   CHECK(broken.err.find("broken") != std::string::npos);
 }

@@ -62,7 +62,8 @@ class FakeServer {
 };
 
 template <class Pred>
-inline bool run_until(boost::asio::io_context& io, Pred done, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+inline bool run_until(boost::asio::io_context& io, Pred done,
+                      std::chrono::milliseconds limit = std::chrono::seconds(20)) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (!done() && std::chrono::steady_clock::now() < end) {
     if (io.stopped()) io.restart();

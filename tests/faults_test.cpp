@@ -94,20 +94,35 @@ TEST_CASE("model server down, stalling or resetting: that child fails naming the
   const int dead = closed_port();
   json cfg = {{"providers",
                {{"down",
-                 {{"type", "openai"}, {"base_url", "http://127.0.0.1:" + std::to_string(dead) + "/v1"}, {"model", "m"},
-                  {"max_retries", 1}, {"retry_base_delay_ms", 50}, {"connect_timeout_ms", 2000}}},
+                 {{"type", "openai"},
+                  {"base_url", "http://127.0.0.1:" + std::to_string(dead) + "/v1"},
+                  {"model", "m"},
+                  {"max_retries", 1},
+                  {"retry_base_delay_ms", 50},
+                  {"connect_timeout_ms", 2000}}},
                 {"stall",
-                 {{"type", "openai"}, {"base_url", srv.scenario("stall", "fault-stall") + "/v1"}, {"model", "m"},
-                  {"max_retries", 0}, {"stall_timeout_seconds", 1}}},
+                 {{"type", "openai"},
+                  {"base_url", srv.scenario("stall", "fault-stall") + "/v1"},
+                  {"model", "m"},
+                  {"max_retries", 0},
+                  {"stall_timeout_seconds", 1}}},
                 {"reset",
-                 {{"type", "openai"}, {"base_url", srv.scenario("reset", "fault-reset") + "/v1"}, {"model", "m"},
-                  {"max_retries", 1}, {"retry_base_delay_ms", 50}}},
+                 {{"type", "openai"},
+                  {"base_url", srv.scenario("reset", "fault-reset") + "/v1"},
+                  {"model", "m"},
+                  {"max_retries", 1},
+                  {"retry_base_delay_ms", 50}}},
                 {"truncated",
-                 {{"type", "openai"}, {"base_url", srv.scenario("truncated", "fault-trunc") + "/v1"}, {"model", "m"},
+                 {{"type", "openai"},
+                  {"base_url", srv.scenario("truncated", "fault-trunc") + "/v1"},
+                  {"model", "m"},
                   {"max_retries", 0}}},
                 {"hang",  // stalls longer than the child's whole budget
-                 {{"type", "openai"}, {"base_url", srv.scenario("stall", "fault-hang") + "/v1"}, {"model", "m"},
-                  {"max_retries", 0}, {"stall_timeout_seconds", 600}}}}}};
+                 {{"type", "openai"},
+                  {"base_url", srv.scenario("stall", "fault-hang") + "/v1"},
+                  {"model", "m"},
+                  {"max_retries", 0},
+                  {"stall_timeout_seconds", 600}}}}}};
   const std::string cfg_path = st.scripts.write("models.json", cfg.dump());
   test::Serve s(test::Serve::Options{st.args(), false, {"SUBAGENT_MODEL_CONFIG=" + cfg_path}});
   REQUIRE(s.hello().value("type", "") == "hello");
@@ -150,7 +165,8 @@ TEST_CASE("model server down, stalling or resetting: that child fails naming the
 TEST_CASE("twin: the same model spec against a server that answers completes") {
   test::FakeServer srv;
   Setup st;
-  json cfg = {{"providers", {{"up", {{"type", "openai"}, {"base_url", srv.scenario("text", "fault-up") + "/v1"}, {"model", "m"}}}}}};
+  json cfg = {{"providers",
+               {{"up", {{"type", "openai"}, {"base_url", srv.scenario("text", "fault-up") + "/v1"}, {"model", "m"}}}}}};
   const std::string cfg_path = st.scripts.write("models.json", cfg.dump());
   test::Serve s(test::Serve::Options{st.args(), false, {"SUBAGENT_MODEL_CONFIG=" + cfg_path}});
   REQUIRE(s.hello().value("type", "") == "hello");
@@ -246,7 +262,11 @@ TEST_CASE("the parent closes its input mid-spawn") {
     test::Serve s(test::Serve::Options{st.args()});
     REQUIRE(s.hello().value("type", "") == "hello");
     s.send({{"type", "spawn"}, {"id", "sync"}, {"preset", "explore"}, {"brief", "x"}, {"model", st.slow_model}});
-    s.send({{"type", "spawn"}, {"id", "bg"}, {"preset", "explore"}, {"brief", "y"}, {"model", st.slow_model},
+    s.send({{"type", "spawn"},
+            {"id", "bg"},
+            {"preset", "explore"},
+            {"brief", "y"},
+            {"model", st.slow_model},
             {"background", true}});
     s.close_input();
     json r = s.reply("sync");
@@ -359,8 +379,13 @@ TEST_CASE("SIGKILL to the supervisor: every child dies with it, no half-written 
   for (int i = 0; i < 4; ++i) ids.push_back(s->spawn_bg("b" + std::to_string(i), {{"model", st.slow_model}}));
   REQUIRE(running_all(*s, ids, "r"));
   // A worker holding its workspace's lock, so the test can see the lock go with the supervisor.
-  s->send({{"type", "spawn"}, {"id", "w"}, {"preset", "worker"}, {"brief", "x"}, {"workspace", lock_dir.string()},
-           {"model", st.slow_model}, {"background", true}});
+  s->send({{"type", "spawn"},
+           {"id", "w"},
+           {"preset", "worker"},
+           {"brief", "x"},
+           {"workspace", lock_dir.string()},
+           {"model", st.slow_model},
+           {"background", true}});
   json w = s->reply("w");
   REQUIRE(w.value("state", "") == "running");
   const pid_t dead = s->pid();
@@ -383,10 +408,10 @@ TEST_CASE("SIGKILL to the supervisor: every child dies with it, no half-written 
   std::ofstream(tdir / live) << "{\"format\":1,\"id\":\"01";
   // The kernel dropped the workspace lock with the supervisor: a new one can start a writer there.
   s.reset();
-  test::Serve s2(test::Serve::Options{std::vector<std::string>{"--child", st.child.string(), "--model", st.good_model,
-                                                               "--lock-dir", shared_locks.path().string(),
-                                                               "--transcript-dir", tdir.string()},
-                                      true});
+  test::Serve s2(test::Serve::Options{
+      std::vector<std::string>{"--child", st.child.string(), "--model", st.good_model, "--lock-dir",
+                               shared_locks.path().string(), "--transcript-dir", tdir.string()},
+      true});
   REQUIRE(s2.hello().value("type", "") == "hello");
   const std::string id = s2.spawn_bg("w2", {{"preset", "worker"}, {"workspace", lock_dir.string()}});
   json d = s2.child_done(id);

@@ -38,8 +38,8 @@ TEST_CASE("a message nested deeper than kMaxDepth is refused before it is parsed
   CHECK_FALSE(s);
   // The twin: the same message within the bound decodes.
   // (object, messages array, message object: 3 levels, then 125 more make 128)
-  auto ok = protocol::decode_child_message(R"({"type":"model_request","id":"m","messages":[{"role":"user","content":"x","deep":)" +
-                                           nested(125) + "}]}");
+  auto ok = protocol::decode_child_message(
+      R"({"type":"model_request","id":"m","messages":[{"role":"user","content":"x","deep":)" + nested(125) + "}]}");
   CHECK_MESSAGE(ok, ok.error);
 }
 
@@ -48,7 +48,7 @@ TEST_CASE("nesting_within counts brackets outside strings only") {
   CHECK_FALSE(protocol::nesting_within("[[[]]]", 2));
   CHECK(protocol::nesting_within(R"(["[[[[", "\"[[[[", {"a":"{{{{"}])", 2));
   CHECK_FALSE(protocol::nesting_within(R"(["\\", [[]]])", 2));  // the escape ends before the quote
-  CHECK(protocol::nesting_within("]]]][[", 2));                  // not JSON: no underflow, no crash
+  CHECK(protocol::nesting_within("]]]][[", 2));                 // not JSON: no underflow, no crash
   CHECK(protocol::nesting_within("", 0));
 }
 
@@ -58,7 +58,9 @@ TEST_CASE("ParentIo reports a too-deep line as a bad line and keeps reading") {
   const auto file = dir.path() / "in.jsonl";
   {
     std::ofstream out(file);
-    out << nested(200'000) << "\n" << R"({"type":"list"})" << "\n";
+    out << nested(200'000) << "\n"
+        << R"({"type":"list"})"
+        << "\n";
   }
   int in = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   int out = ::open("/dev/null", O_WRONLY | O_CLOEXEC);

@@ -31,8 +31,8 @@ struct Bench {
   std::unique_ptr<test::Serve> serve;
 
   explicit Bench(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--child", child.string(), "--child-arg", "from_workspace", "--model", model,
-                                     "--max-concurrent", "16"};
+    std::vector<std::string> args = {"--child", child.string(), "--child-arg",      "from_workspace",
+                                     "--model", model,          "--max-concurrent", "16"};
     args.insert(args.end(), extra.begin(), extra.end());
     serve = std::make_unique<test::Serve>(test::Serve::Options{args});
     json h = serve->hello();
@@ -131,15 +131,16 @@ json alongside(const std::string& mode, const Expect& want, json spawn_extra = j
 
 TEST_CASE("stdout flood: a child that writes log lines forever is cancelled; the parent gets at most 1 MiB of it") {
   std::size_t logs = 0;
-  json e = alongside("flood_forever", {"cancelled", "cancelled: stop the flood"}, json::object(),
-                     [&](Bench& b, const std::string& bad) {
-                       wait_running(*b.serve, bad);
-                       // The flood is on: the supervisor still answers at once.
-                       for (int i = 0; i < 5; ++i) REQUIRE(b.serve->list("flood-" + std::to_string(i)).is_object());
-                       b.serve->send({{"type", "cancel"}, {"id", "c"}, {"child_id", bad}, {"reason", "stop the flood"}});
-                       CHECK(b.serve->reply("c")["type"] == "cancelling");
-                       logs = b.serve->logs();
-                     });
+  json e =
+      alongside("flood_forever", {"cancelled", "cancelled: stop the flood"}, json::object(),
+                [&](Bench& b, const std::string& bad) {
+                  wait_running(*b.serve, bad);
+                  // The flood is on: the supervisor still answers at once.
+                  for (int i = 0; i < 5; ++i) REQUIRE(b.serve->list("flood-" + std::to_string(i)).is_object());
+                  b.serve->send({{"type", "cancel"}, {"id", "c"}, {"child_id", bad}, {"reason", "stop the flood"}});
+                  CHECK(b.serve->reply("c")["type"] == "cancelling");
+                  logs = b.serve->logs();
+                });
   CHECK(e["exit"]["signal"] == "SIGKILL");
   // ~117-byte lines, capped at 1 MiB per child (then one line saying the rest is dropped).
   CHECK(logs < 10000);
@@ -255,7 +256,8 @@ TEST_CASE("a worker that holds the workspace lock and is killed: failed, and the
   REQUIRE(!holder.empty());
   // Its new name shows it read its mode and holds on (the lock is the supervisor's, taken at start).
   std::vector<pid_t> pids;
-  for (int i = 0; i < 3000 && pids.empty(); ++i, std::this_thread::sleep_for(10ms)) pids = test::pids_named(holder_name);
+  for (int i = 0; i < 3000 && pids.empty(); ++i, std::this_thread::sleep_for(10ms))
+    pids = test::pids_named(holder_name);
   REQUIRE(pids.size() == 1);
   REQUIRE(pids[0] > 0);
   const std::string waiter = s.spawn_bg("waiter", {{"preset", "worker"}, {"workspace", ws}, {"description", "waiter"}});
@@ -289,11 +291,11 @@ TEST_CASE("every hostile child at once, beside good children, in one supervisor"
   Bench b({"--max-concurrent", "16"});
   test::Serve& s = *b.serve;
   const std::vector<std::pair<std::string, std::string>> hostile = {
-      {"flood 100000", "completed"},          {"huge_line 20000000", "protocol_error"},
-      {"invalid_utf8", "protocol_error"},     {"unknown_type", "protocol_error"},
-      {"cut_line", "protocol_error"},         {"not_json", "protocol_error"},
-      {"close_stdout", "protocol_error"},     {"crash", "failed"},
-      {"grandchild " + gc, "failed"},         {"exit_early", "failed"},
+      {"flood 100000", "completed"},      {"huge_line 20000000", "protocol_error"},
+      {"invalid_utf8", "protocol_error"}, {"unknown_type", "protocol_error"},
+      {"cut_line", "protocol_error"},     {"not_json", "protocol_error"},
+      {"close_stdout", "protocol_error"}, {"crash", "failed"},
+      {"grandchild " + gc, "failed"},     {"exit_early", "failed"},
       {"bad_version", "protocol_error"},
   };
   std::vector<std::string> good, bad;

@@ -23,7 +23,6 @@ namespace {
 using test::FakeServer;
 using test::run_until;
 
-
 using supervisor::http::Client;
 using supervisor::http::Failure;
 using supervisor::http::Request;
@@ -112,8 +111,10 @@ TEST_CASE("on_body streams the body; returning false or cancelling inside it abo
     return true;
   };
   id = Client::of(io).start(rq, [&](Response) { called = true; });
-  run_until(io, [&] { return Client::of(io).active() == 0; }, 5s);
-  run_until(io, [] { return false; }, 200ms);
+  run_until(
+      io, [&] { return Client::of(io).active() == 0; }, 5s);
+  run_until(
+      io, [] { return false; }, 200ms);
   CHECK(Client::of(io).active() == 0);
   CHECK_FALSE(called);
 }

@@ -67,9 +67,10 @@ struct Fixture {
   std::string state_of(const std::string& id) { return to_string(hub->info(id)->state); }
 };
 
-const char* kSlow = R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":150,"repeat":6})"
-                    "\n"
-                    R"({"content":"done"})";
+const char* kSlow =
+    R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":150,"repeat":6})"
+    "\n"
+    R"({"content":"done"})";
 
 }  // namespace
 
@@ -80,15 +81,18 @@ TEST_CASE("scope: a preset, tool, budget or domain outside the parent's scope is
   f.cfg.scope.domains = std::vector<std::string>{"example.org"};
   f.cfg.scope.budgets.max_steps = 20;
   Hub& hub = f.make();
-  CHECK_THROWS_WITH_AS(f.spawn(f.req("worker")), doctest::Contains("preset: 'worker' is outside the parent's scope"), ScopeError);
+  CHECK_THROWS_WITH_AS(f.spawn(f.req("worker")), doctest::Contains("preset: 'worker' is outside the parent's scope"),
+                       ScopeError);
   SpawnRequest r = f.req("research");
   CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("'web_search' is outside the parent's scope"), ScopeError);
   r.tools = std::vector<std::string>{"read_file", "grep", "web_fetch"};
   r.domains = std::vector<std::string>{"evil.example"};
-  CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("domains: 'evil.example' is outside the parent's scope"), ScopeError);
+  CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("domains: 'evil.example' is outside the parent's scope"),
+                       ScopeError);
   r = f.req();
   r.limits.max_steps = 50;
-  CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("limits.max_steps 50 exceeds the parent's scope max_steps 20"), WideningError);
+  CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("limits.max_steps 50 exceeds the parent's scope max_steps 20"),
+                       WideningError);
   r = f.req();
   r.tools = std::vector<std::string>{"write_file"};
   CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("the preset explore does not grant 'write_file'"), ScopeError);
@@ -106,7 +110,8 @@ TEST_CASE("per-spawn limits only tighten") {
   f.make();
   SpawnRequest r = f.req();
   r.limits.max_tool_calls = 500;
-  CHECK_THROWS_WITH_AS(f.spawn(r), doctest::Contains("limits.max_tool_calls 500 exceeds the preset explore's max_tool_calls 200"),
+  CHECK_THROWS_WITH_AS(f.spawn(r),
+                       doctest::Contains("limits.max_tool_calls 500 exceeds the preset explore's max_tool_calls 200"),
                        WideningError);
   r.limits.max_tool_calls = 5;
   std::string id = f.spawn(r);
@@ -149,8 +154,8 @@ TEST_CASE("approvals: answered, denied, timed out, and no approver") {
   CHECK(seen[0].child_id == e1.id);
   CHECK(seen[0].args["command"] == "echo hi > out.txt");
 
-  auto [e2, wrote2, r2] = run_with([](const ApprovalRequest&, ApprovalReply reply) { reply(false, "no"); },
-                                   std::chrono::seconds(5));
+  auto [e2, wrote2, r2] =
+      run_with([](const ApprovalRequest&, ApprovalReply reply) { reply(false, "no"); }, std::chrono::seconds(5));
   CHECK_FALSE(wrote2);
   CHECK(e2.tools_denied == 1);
   REQUIRE(e2.denials.listed.size() == 1);
@@ -159,8 +164,8 @@ TEST_CASE("approvals: answered, denied, timed out, and no approver") {
   CHECK(e2.denials.listed[0].reason.find("; no") != std::string::npos);
   CHECK(e1.denials.total() == 0);
 
-  auto [e3, wrote3, r3] = run_with([](const ApprovalRequest&, ApprovalReply) { /* never answers */ },
-                                   std::chrono::milliseconds(300));
+  auto [e3, wrote3, r3] =
+      run_with([](const ApprovalRequest&, ApprovalReply) { /* never answers */ }, std::chrono::milliseconds(300));
   CHECK_FALSE(wrote3);
   CHECK(e3.tools_denied == 1);
   REQUIRE(e3.denials.listed.size() == 1);
@@ -337,9 +342,10 @@ TEST_CASE("worker lock: a case variant on a case-insensitive filesystem shares t
   test::TempDir dir, locks;
   fs::path img = dir.path() / "ci.img", mnt = dir.path() / "mnt";
   fs::create_directory(mnt);
-  auto mk = test::run({"/bin/sh", "-c", "truncate -s 16M " + img.string() + " && mkfs.ext4 -q -F -O casefold " +
-                                           img.string() + " && mount -o loop " + img.string() + " " + mnt.string() +
-                                           " && mkdir " + mnt.string() + "/Work && chattr +F " + mnt.string() + "/Work"});
+  auto mk = test::run({"/bin/sh", "-c",
+                       "truncate -s 16M " + img.string() + " && mkfs.ext4 -q -F -O casefold " + img.string() +
+                           " && mount -o loop " + img.string() + " " + mnt.string() + " && mkdir " + mnt.string() +
+                           "/Work && chattr +F " + mnt.string() + "/Work"});
   if (mk.code != 0) {
     MESSAGE("skipped: cannot make a case-insensitive filesystem here: " << mk.err);
     return;
@@ -369,7 +375,8 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
   REQUIRE(git("commit -qm base").code == 0);
   auto edit = [&](const std::string& name, const std::string& file, const std::string& from, const std::string& to) {
     return "replay:" + f.script(name, R"({"tool_calls":[{"name":"edit_file","arguments":{"path":")" + file +
-                                          R"(","old_string":")" + from + R"(","new_string":")" + to + R"("}}],"delay_ms":100})"
+                                          R"(","old_string":")" + from + R"(","new_string":")" + to +
+                                          R"("}}],"delay_ms":100})"
                                           "\n"
                                           R"({"content":"## Summary\nedited"})");
   };
@@ -401,9 +408,13 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
 TEST_CASE("a stale patch is reported, not forced") {
   Fixture f;
   f.ws.write("notes.txt", "one\n");  // not a git repository: the child works in a copy
-  std::string model = "replay:" + f.script("e", R"({"tool_calls":[{"name":"edit_file","arguments":{"path":"notes.txt","old_string":"one","new_string":"two"}}]})"
-                                                "\n"
-                                                R"({"content":"done"})");
+  std::string model =
+      "replay:" +
+      f.script(
+          "e",
+          R"({"tool_calls":[{"name":"edit_file","arguments":{"path":"notes.txt","old_string":"one","new_string":"two"}}]})"
+          "\n"
+          R"({"content":"done"})");
   f.make();
   std::string id = f.spawn(f.req("implementation", model));
   REQUIRE(f.until([&] { return f.done.count(id) == 1; }));
@@ -450,8 +461,9 @@ TEST_CASE("offloaded work that throws reports its message; a destroyed group dro
   std::optional<Outcome<void>> failed;
   {
     OffloadGroup jobs;
-    jobs.run(io, [] { throw std::runtime_error("git worktree add failed: disk full"); },
-             [&](Outcome<void> r) { failed = std::move(r); });
+    jobs.run(
+        io, [] { throw std::runtime_error("git worktree add failed: disk full"); },
+        [&](Outcome<void> r) { failed = std::move(r); });
     io.run();
   }
   REQUIRE(failed);
@@ -463,7 +475,8 @@ TEST_CASE("offloaded work that throws reports its message; a destroyed group dro
   bool called = false;
   {
     OffloadGroup jobs;
-    jobs.run(io, [] {}, [&called](Outcome<void>) { called = true; });
+    jobs.run(
+        io, [] {}, [&called](Outcome<void>) { called = true; });
   }  // waits for the work if it already started
   io.run();
   CHECK_FALSE(called);

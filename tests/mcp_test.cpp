@@ -43,7 +43,8 @@ TEST_CASE("mcp: requests, notifications and responses are told apart") {
   CHECK(r.params.is_null());
   CHECK(as<mcp::Request>(mcp::decode_line(R"({"jsonrpc":"2.0","id":"a","method":"x","params":{}})")).id == "a");
 
-  auto n = as<mcp::Notification>(mcp::decode_line(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}})"));
+  auto n = as<mcp::Notification>(
+      mcp::decode_line(R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}})"));
   CHECK(n.method == "notifications/cancelled");
   CHECK(n.params["requestId"] == 3);
 
@@ -150,7 +151,8 @@ TEST_CASE("mcp: agent_spawn arguments are checked field by field") {
   CHECK(refusal({{"preset", "explore"}, {"description", "d"}}) == "brief: missing");
   CHECK(refusal({{"preset", "explore"}, {"brief", ""}, {"description", "d"}}) == "brief: must not be empty");
   CHECK(refusal({{"preset", "explore"}, {"brief", "b"}}).find("description: missing") == 0);
-  CHECK(refusal({{"preset", "explore"}, {"brief", "b"}, {"description", "d"}, {"type", "spawn"}}) == "type: unknown field");
+  CHECK(refusal({{"preset", "explore"}, {"brief", "b"}, {"description", "d"}, {"type", "spawn"}}) ==
+        "type: unknown field");
   CHECK(refusal({{"preset", "explore"}, {"brief", "b"}, {"description", "d"}, {"background", "yes"}}) ==
         "background: must be true or false");
   CHECK(refusal({{"preset", "explore"}, {"brief", "b"}, {"description", "d"}, {"limits", {{"max_steps", -1}}}}) ==
@@ -163,7 +165,8 @@ TEST_CASE("mcp: child ids, waits and empty argument lists") {
   CHECK(mcp::parse_child_id({{"child_id", "abc"}, {"reason", "r"}}, {"reason"}) == "abc");
   CHECK_THROWS_WITH_AS(mcp::parse_child_id({{"child_id", "abc"}, {"reason", "r"}}), "reason: unknown field",
                        supervisor::BadRequest);
-  CHECK_THROWS_WITH_AS(mcp::parse_child_id(json::object()), "child_id: missing or not a string", supervisor::BadRequest);
+  CHECK_THROWS_WITH_AS(mcp::parse_child_id(json::object()), "child_id: missing or not a string",
+                       supervisor::BadRequest);
   CHECK_THROWS_WITH_AS(mcp::parse_child_id({{"child_id", ""}}), "child_id: missing or not a string",
                        supervisor::BadRequest);
   CHECK(mcp::parse_wait_seconds(json::object()) == 0);

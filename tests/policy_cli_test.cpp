@@ -128,11 +128,10 @@ TEST_CASE("policy check: a read-only preset with filesystem_write is an error, w
   CHECK(r.out.find("warning: sandbox.syscalls.groups allows \"watch\"") != std::string::npos);
   std::string unknown = text;
   unknown.replace(unknown.find(from), from.size(), "\"groups\": [\"base\", \"inotify\"]");
-  auto bad = test::run({kCli, "policy", "check", "--policy-dir", test::policy_dir().string(),
-                        d.write("explore.json", unknown)});
+  auto bad = test::run(
+      {kCli, "policy", "check", "--policy-dir", test::policy_dir().string(), d.write("explore.json", unknown)});
   CHECK(bad.code == 1);
-  CHECK(bad.out.find("sandbox.syscalls.groups[1] names an unknown syscall group 'inotify'") !=
-        std::string::npos);
+  CHECK(bad.out.find("sandbox.syscalls.groups[1] names an unknown syscall group 'inotify'") != std::string::npos);
 }
 
 TEST_CASE("policy explain starts with a summary of at most 12 lines, and keeps the syscall table behind --syscalls") {
@@ -145,14 +144,15 @@ TEST_CASE("policy explain starts with a summary of at most 12 lines, and keeps t
     INFO(s);
     REQUIRE(!s.empty());
     CHECK(lines(s) - 1 <= 12);  // the title line, then the summary
-    for (const char* label : {"  reads ", "  writes ", "  executes ", "  network ", "  web ", "  no asking ", "  commands ",
-                              "  later-run ", "  kernel "})
+    for (const char* label : {"  reads ", "  writes ", "  executes ", "  network ", "  web ", "  no asking ",
+                              "  commands ", "  later-run ", "  kernel "})
       CHECK(s.find(label) != std::string::npos);
     // The layers this kernel lacks, from the same probe as THIS KERNEL.
     const std::string kernel_line = s.substr(s.find("  kernel "));
     for (const auto& l : kernel) {
       const std::string name = " " + l["layer"].get<std::string>();
-      const bool named = kernel_line.find(name + ",") != std::string::npos || kernel_line.find(name + " ") != std::string::npos;
+      const bool named =
+          kernel_line.find(name + ",") != std::string::npos || kernel_line.find(name + " ") != std::string::npos;
       CHECK_MESSAGE(named == !l["available"].get<bool>(), name);
     }
     const bool writer = std::string(preset) == "worker" || std::string(preset) == "implementation";
@@ -212,7 +212,8 @@ TEST_CASE("policy check policies/*.json, the README's own command, passes: schem
 
 TEST_CASE("policy check: a key given twice is an error with its line and column; run refuses it too") {
   test::TempDir d;
-  const std::string text = shipped_with("explore", "\"network\": \"none\",", "\"network\": \"host\",\n    \"network\": \"none\",");
+  const std::string text =
+      shipped_with("explore", "\"network\": \"none\",", "\"network\": \"host\",\n    \"network\": \"none\",");
   const std::string file = d.write("explore.json", text);
   auto r = check({file});
   INFO(r.out);
@@ -233,7 +234,8 @@ TEST_CASE("policy check: errors name the line and column, and an unknown key lis
   auto r = check({d.write("explore.json", text)});
   INFO(r.out);
   CHECK(r.code == 1);
-  CHECK(r.out.find("explore.json:" + position(text, "\"netwrok\"") + ": error: sandbox.netwrok is not a known field "
+  CHECK(r.out.find("explore.json:" + position(text, "\"netwrok\"") +
+                   ": error: sandbox.netwrok is not a known field "
                    "(expected one of: filesystem, network,") != std::string::npos);
   CHECK(count(r.out, "expected one of") == 1);
   text = shipped_with("explore", "\"network\": \"none\"", "\"network\": \"wifi\"");
@@ -247,7 +249,8 @@ TEST_CASE("policy check: errors name the line and column, and an unknown key lis
   CHECK(r.code == 1);
   const std::string at = position(text, "\"network\": none");  // nlohmann's column: the last character read, "no"
   CHECK(r.out.find("explore.json:" + at.substr(0, at.find(':')) + ":" +
-                   std::to_string(std::stoi(at.substr(at.find(':') + 1)) + 12) + ": error: not valid JSON: ") != std::string::npos);
+                   std::to_string(std::stoi(at.substr(at.find(':') + 1)) + 12) + ": error: not valid JSON: ") !=
+        std::string::npos);
 }
 
 TEST_CASE("policy check: a \"preset\" that differs from the file name is an error") {
@@ -256,7 +259,8 @@ TEST_CASE("policy check: a \"preset\" that differs from the file name is an erro
   auto r = check({d.write("my-worker.json", text)});
   INFO(r.out);
   CHECK(r.code == 1);
-  CHECK(r.out.find("my-worker.json:" + position(text, "\"preset\"") + ": error: preset is 'worker', but the file name says "
+  CHECK(r.out.find("my-worker.json:" + position(text, "\"preset\"") +
+                   ": error: preset is 'worker', but the file name says "
                    "'my-worker'") != std::string::npos);
   // The twin: the same bytes under the preset's own name are an exact copy of the shipped preset: clean.
   auto same = check({d.write("worker.json", text)}, true);
@@ -281,12 +285,16 @@ TEST_CASE("policy check: a copy that grants more than the shipped preset says so
   CHECK(r.out.find("budgets.max_steps is 500 (shipped worker: 100)") != std::string::npos);
   CHECK(check({file}, true).code == 1);
   // Research's web section: bytes per fetch and a denied domain dropped.
-  auto web = check({d.write("research.json", shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 9000000"))});
+  auto web = check({d.write("research.json",
+                            shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 9000000"))});
   INFO(web.out);
-  CHECK(web.out.find("warning: wider than the shipped preset: web.max_fetch_bytes is 9000000 (shipped research: 2000000)") !=
+  CHECK(web.out.find(
+            "warning: wider than the shipped preset: web.max_fetch_bytes is 9000000 (shipped research: 2000000)") !=
         std::string::npos);
   // The twins: a copy that only narrows (fewer prefixes, fewer steps) is clean, even with --strict.
-  auto small = check({d.write("research.json", shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 1000"))}, true);
+  auto small = check(
+      {d.write("research.json", shipped_with("research", "\"max_fetch_bytes\": 2000000", "\"max_fetch_bytes\": 1000"))},
+      true);
   CHECK(small.code == 0);
   std::string narrower = shipped_with("worker", "\"make\", \"cmake\"", "\"cmake\"");
   narrower.replace(narrower.find("\"max_steps\": 100"), 16, "\"max_steps\": 50");
@@ -296,10 +304,12 @@ TEST_CASE("policy check: a copy that grants more than the shipped preset says so
   CHECK(n.out.find("warning") == std::string::npos);
 }
 
-TEST_CASE("policy check: dangerous roots — write roots as launch refuses them (error), read and execute roots (warning)") {
+TEST_CASE(
+    "policy check: dangerous roots — write roots as launch refuses them (error), read and execute roots (warning)") {
   test::TempDir d;
-  auto r = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
-                                                      "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"/etc\"]"))});
+  auto r = check(
+      {d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                           "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"/etc\"]"))});
   INFO(r.out);
   CHECK(r.code == 1);
   CHECK(r.out.find("error: sandbox.filesystem.write[3] '/etc' is refused at launch: it is a system directory (/etc)") !=
@@ -320,12 +330,14 @@ TEST_CASE("policy check: dangerous roots — write roots as launch refuses them 
   // The twins: a project directory is fine as a root of every kind (no finding but the widening ones).
   test::TempDir project;
   const std::string p = project.path().string();
-  auto fine = check({d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
-                                                         "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + p + "\"]"))});
+  auto fine = check({d.write(
+      "worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                  "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + p + "\"]"))});
   INFO(fine.out);
   CHECK(fine.code == 0);
   CHECK(fine.out.find("refused at launch") == std::string::npos);
-  CHECK(fine.out.find("wider than the shipped preset: sandbox.filesystem.write grants '" + p + "'") != std::string::npos);
+  CHECK(fine.out.find("wider than the shipped preset: sandbox.filesystem.write grants '" + p + "'") !=
+        std::string::npos);
 }
 
 TEST_CASE("policy check: network host, empty required, missing namespaces, run_command with no write root warn") {
@@ -336,7 +348,8 @@ TEST_CASE("policy check: network host, empty required, missing namespaces, run_c
   };
   const std::vector<Case> cases = {
       {"explore", "\"network\": \"none\"", "\"network\": \"host\"", "sandbox.network is \"host\""},
-      {"explore", "\"required\": [\"no_new_privs\", \"capabilities\", \"seccomp\", \"landlock\", \"rlimits\", \"read_only_host\"]",
+      {"explore",
+       "\"required\": [\"no_new_privs\", \"capabilities\", \"seccomp\", \"landlock\", \"rlimits\", \"read_only_host\"]",
        "\"required\": []", "sandbox.required is empty"},
       {"explore", "\"namespaces\": [\"user\", \"pid\", \"net\", \"ipc\", \"uts\", \"mount\"]", "\"namespaces\": []",
        "sandbox.namespaces lacks user, pid, net, ipc, uts, mount"},
@@ -368,8 +381,9 @@ TEST_CASE("policy check: network host, empty required, missing namespaces, run_c
 TEST_CASE("policy check accepts a write root below ${workspace}, as run does") {
   test::TempDir d, ws;
   std::filesystem::create_directories(ws.path() / "docs");
-  const std::string file = d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
-                                                               "\"write\": [\"${workspace}/docs\", \"${home}\", \"/dev/null\"]"));
+  const std::string file =
+      d.write("worker.json", shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                                          "\"write\": [\"${workspace}/docs\", \"${home}\", \"/dev/null\"]"));
   auto r = check({file});
   INFO(r.out);
   CHECK(r.code == 0);
@@ -382,8 +396,9 @@ TEST_CASE("policy check accepts a write root below ${workspace}, as run does") {
   // An absolute write root has no writer mode's cover: its .git must be protected by the list.
   test::TempDir repo;
   std::filesystem::create_directories(repo.path() / ".git");
-  std::string text = shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
-                                  "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + repo.path().string() + "\"]");
+  std::string text =
+      shipped_with("worker", "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\"]",
+                   "\"write\": [\"${workspace}\", \"${home}\", \"/dev/null\", \"" + repo.path().string() + "\"]");
   const std::string says = "holds a .git directory that sandbox.filesystem.protected does not protect";
   auto kept = check({d.write("worker.json", text)});
   INFO(kept.out);

@@ -104,7 +104,8 @@ TEST_CASE("a policy naming a tool outside the catalogue is refused, naming the f
   json d = explore_doc();
   d["tools"]["allow"].push_back("web_fetc");
   const std::string e = parse_error(d);
-  CHECK_MESSAGE(e.find("tools.allow[4] names 'web_fetc', which is not a tool in the catalogue") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("tools.allow[4] names 'web_fetc', which is not a tool in the catalogue") != std::string::npos,
+                e);
   CHECK(e.find("read_file, list_dir, glob, grep") != std::string::npos);
   CHECK(e.find("web_fetch, web_search") != std::string::npos);
   d = explore_doc();

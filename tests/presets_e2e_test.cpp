@@ -100,15 +100,25 @@ json model_config(const FakeServer& srv, const std::string& token) {
               {"stall_timeout_seconds", 10}}}}}};
 }
 
-PresetRun run_preset(const FakeServer& srv, const std::string& preset, const test::TempDir& ws, const std::string& token,
-                     const json& turns, std::vector<std::string> extra = {}) {
+PresetRun run_preset(const FakeServer& srv, const std::string& preset, const test::TempDir& ws,
+                     const std::string& token, const json& turns, std::vector<std::string> extra = {}) {
   REQUIRE(http(srv.port(), "POST", "/script/" + token, turns.dump()) == "{}");
   test::TempDir dir;
   const std::string cfg = dir.write("models.json", model_config(srv, token).dump());
   ::setenv("SUBAGENT_MODEL_CONFIG", cfg.c_str(), 1);
-  std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", preset, "--workspace",
-                                ws.path().string(), "--brief", "do the " + preset + " job", "--model", "fake",
-                                "--quiet", "--transcript-dir", (dir.path() / "t").string()};
+  std::vector<std::string> a = {test::bin("subagent-supervisor").string(),
+                                "run",
+                                "--preset",
+                                preset,
+                                "--workspace",
+                                ws.path().string(),
+                                "--brief",
+                                "do the " + preset + " job",
+                                "--model",
+                                "fake",
+                                "--quiet",
+                                "--transcript-dir",
+                                (dir.path() / "t").string()};
   a.insert(a.end(), extra.begin(), extra.end());
   auto r = test::run(a);
   ::unsetenv("SUBAGENT_MODEL_CONFIG");
@@ -146,9 +156,9 @@ TEST_CASE("explore: offered exactly its four read tools; grep finds the line") {
   FakeServer srv;
   test::TempDir ws;
   ws.write("docs/notes.txt", "first line\nthe needle is here\nlast line\n");
-  json turns = json::array({{{"content", "Searching."},
-                             {"tool_calls", {{{"name", "grep"}, {"arguments", {{"pattern", "needle"}}}}}}},
-                            {{"content", "## Summary\nFound the needle in docs/notes.txt:2.\n"}}});
+  json turns = json::array(
+      {{{"content", "Searching."}, {"tool_calls", {{{"name", "grep"}, {"arguments", {{"pattern", "needle"}}}}}}},
+       {{"content", "## Summary\nFound the needle in docs/notes.txt:2.\n"}}});
   auto r = run_preset(srv, "explore", ws, "explore-1", turns);
   CHECK_MESSAGE(r.code == 0, r.err);
   CHECK(r.env["status"] == "completed");
@@ -163,11 +173,11 @@ TEST_CASE("reviewer: offered its read and git tools; git_log and git_diff work (
   FakeServer srv;
   test::TempDir ws;
   git_repo(ws);
-  json turns = json::array(
-      {{{"content", "Reviewing."},
-        {"tool_calls", {{{"name", "git_log"}, {"arguments", json::object()}},
-                        {{"name", "git_diff"}, {"arguments", {{"rev", "HEAD~1"}}}}}}},
-       {{"content", "## Summary\nThe last commit changes the answer to 42.\n"}}});
+  json turns = json::array({{{"content", "Reviewing."},
+                             {"tool_calls",
+                              {{{"name", "git_log"}, {"arguments", json::object()}},
+                               {{"name", "git_diff"}, {"arguments", {{"rev", "HEAD~1"}}}}}}},
+                            {{"content", "## Summary\nThe last commit changes the answer to 42.\n"}}});
   auto r = run_preset(srv, "reviewer", ws, "reviewer-1", turns);
   CHECK_MESSAGE(r.code == 0, r.err);
   expect_offered(r, {"read_file", "list_dir", "glob", "grep", "git_status", "git_log", "git_show", "git_diff"});
@@ -188,8 +198,9 @@ TEST_CASE("worker: edit_file changes the workspace and run_command make builds i
   ws.write("version.txt", "version one\n");
   json turns = json::array(
       {{{"content", "Editing."},
-        {"tool_calls", {{{"name", "edit_file"},
-                         {"arguments", {{"path", "version.txt"}, {"old_string", "one"}, {"new_string", "two"}}}}}}},
+        {"tool_calls",
+         {{{"name", "edit_file"},
+           {"arguments", {{"path", "version.txt"}, {"old_string", "one"}, {"new_string", "two"}}}}}}},
        {{"content", "Building."}, {"tool_calls", {{{"name", "run_command"}, {"arguments", {{"command", "make"}}}}}}},
        {{"content", "## Summary\nVersion bumped; make prints it.\n"}}});
   auto r = run_preset(srv, "worker", ws, "worker-1", turns);
@@ -208,15 +219,17 @@ TEST_CASE("implementation: write_file in its worktree comes back as a patch; the
   FakeServer srv;
   test::TempDir ws, cfgdir;
   git_repo(ws);
-  json turns = json::array(
-      {{{"content", "Writing."},
-        {"tool_calls", {{{"name", "write_file"}, {"arguments", {{"path", "src/new.c"}, {"content", "int n = 7;\n"}}}}}}},
-       {{"content", "## Summary\nAdded src/new.c.\n"}}});
+  json turns =
+      json::array({{{"content", "Writing."},
+                    {"tool_calls",
+                     {{{"name", "write_file"}, {"arguments", {{"path", "src/new.c"}, {"content", "int n = 7;\n"}}}}}}},
+                   {{"content", "## Summary\nAdded src/new.c.\n"}}});
   REQUIRE(http(srv.port(), "POST", "/script/impl-1", turns.dump()) == "{}");
   const std::string cfg = cfgdir.write("models.json", model_config(srv, "impl-1").dump());
   test::Serve serve({{"--model", "fake", "--workspace", ws.path().string()}, false, {"SUBAGENT_MODEL_CONFIG=" + cfg}});
   serve.hello();
-  serve.send({{"type", "spawn"}, {"id", "s"}, {"preset", "implementation"}, {"brief", "add a file"}, {"description", "impl"}});
+  serve.send(
+      {{"type", "spawn"}, {"id", "s"}, {"preset", "implementation"}, {"brief", "add a file"}, {"description", "impl"}});
   json reply = serve.reply("s", std::chrono::seconds(120));
   REQUIRE_MESSAGE(reply.value("type", "") == "result", reply.dump(2) << serve.stderr_text());
   PresetRun r;
@@ -242,8 +255,9 @@ TEST_CASE("research: web_fetch and web_search are offered and run by the broker,
   ws.write("question.txt", "what is on the page?\n");
   const std::string page = "http://127.0.0.1:" + std::to_string(srv.port()) + "/web/page.html";
   json turns = json::array({{{"content", "Searching."},
-                             {"tool_calls", {{{"name", "web_search"}, {"arguments", {{"query", "subagents"}}}},
-                                             {{"name", "web_fetch"}, {"arguments", {{"url", page}}}}}}},
+                             {"tool_calls",
+                              {{{"name", "web_search"}, {"arguments", {{"query", "subagents"}}}},
+                               {{"name", "web_fetch"}, {"arguments", {{"url", page}}}}}}},
                             {{"content", "## Summary\nSearched.\n"}}});
   // The search endpoint is the operator's (often on this machine): loopback is fine for it.
   ::setenv("SUBAGENT_SEARCH_ENDPOINT", ("http://127.0.0.1:" + std::to_string(srv.port()) + "/web/search").c_str(), 1);
@@ -268,8 +282,9 @@ TEST_CASE("research: web_fetch of a loopback page succeeds through the broker wi
   test::TempDir ws;
   const std::string token = "research-hook";
   const std::string page = "http://127.0.0.1:" + std::to_string(srv.port()) + "/web/page.html";
-  json turns = json::array({{{"content", "Fetching."}, {"tool_calls", {{{"name", "web_fetch"}, {"arguments", {{"url", page}}}}}}},
-                            {{"content", "## Summary\nFetched.\n"}}});
+  json turns = json::array(
+      {{{"content", "Fetching."}, {"tool_calls", {{{"name", "web_fetch"}, {"arguments", {{"url", page}}}}}}},
+       {{"content", "## Summary\nFetched.\n"}}});
   REQUIRE(http(srv.port(), "POST", "/script/" + token, turns.dump()) == "{}");
 
   boost::asio::io_context io;
@@ -291,11 +306,13 @@ TEST_CASE("research: web_fetch of a loopback page succeeds through the broker wi
   auto session = ChildSession::create(io, cfg, std::move(provider));
   std::optional<protocol::Envelope> env;
   session->start([&](const protocol::Envelope& e) { env = e; });
-  REQUIRE(test::run_until(io, [&] { return env.has_value(); }, std::chrono::seconds(60)));
+  REQUIRE(test::run_until(
+      io, [&] { return env.has_value(); }, std::chrono::seconds(60)));
   CHECK_MESSAGE(env->status == protocol::Status::completed, env->reason);
   json requests = json::parse(http(srv.port(), "GET", "/inspect/" + token));
   REQUIRE(requests.size() == 2);
-  CHECK(names(requests[0]["tools_offered"]) == std::set<std::string>{"read_file", "list_dir", "glob", "grep", "web_fetch", "web_search"});
+  CHECK(names(requests[0]["tools_offered"]) ==
+        std::set<std::string>{"read_file", "list_dir", "glob", "grep", "web_fetch", "web_search"});
   auto results = tool_results(requests);
   REQUIRE(results.size() == 1);
   CHECK_MESSAGE(results[0].find("Title: ") != std::string::npos, results[0]);

@@ -67,7 +67,8 @@ TEST_CASE("decode errors name what was wrong") {
   CHECK(err(R"({"type":"hello","versions":["one"]})") == "hello: field 'versions' must hold integers");
   CHECK(err(R"({"type":"tool_request","id":"t1"})") == "tool_request: field 'tool' is missing");
   CHECK(err(R"({"type":"tool_request","id":7,"tool":"x"})") == "tool_request: field 'id' must be a string");
-  CHECK(err(R"({"type":"model_request","id":"m","messages":{}})") == "model_request: field 'messages' must be an array");
+  CHECK(err(R"({"type":"model_request","id":"m","messages":{}})") ==
+        "model_request: field 'messages' must be an array");
   CHECK(err(R"({"type":"model_request","id":"m","messages":[],"max_tokens":-1})") ==
         "model_request: field 'max_tokens' must be a non-negative integer");
   CHECK(err(R"({"type":"final","summary":"s"})") == "final: field 'answer' is missing");
@@ -94,8 +95,8 @@ TEST_CASE("unknown fields are ignored, so minor versions can add them") {
 TEST_CASE("supervisor-side decode errors: bad decision and malformed tool calls") {
   CHECK(decode_supervisor_message(R"({"type":"tool_decision","id":"t","decision":"maybe"})").error ==
         "tool_decision: field 'decision' must be \"allow\" or \"deny\"");
-  CHECK(decode_supervisor_message(R"({"type":"model_response","id":"m","tool_calls":[{"id":"c"}]})").error.find(
-            "tool_calls[0]") != std::string::npos);
+  CHECK(decode_supervisor_message(R"({"type":"model_response","id":"m","tool_calls":[{"id":"c"}]})")
+            .error.find("tool_calls[0]") != std::string::npos);
   CHECK(decode_supervisor_message(R"({"type":"model_response","id":"m","usage":{"input_tokens":"x"}})").error ==
         "model_response: field 'usage.input_tokens' must be a non-negative integer");
 }

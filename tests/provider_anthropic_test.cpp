@@ -67,7 +67,8 @@ supervisor::ModelReply call(boost::asio::io_context& io, supervisor::ModelProvid
 
 supervisor::ModelCall user_call(const std::string& text = "hi") {
   supervisor::ModelCall mc;
-  mc.messages = json::array({{{"role", "system"}, {"content", "You are careful."}}, {{"role", "user"}, {"content", text}}});
+  mc.messages =
+      json::array({{{"role", "system"}, {"content", "You are careful."}}, {{"role", "user"}, {"content", text}}});
   return mc;
 }
 
@@ -111,7 +112,8 @@ TEST_CASE("anthropic: thinking, text and a tool_use streamed; usage and stop rea
 
   // The next turn: the tool result goes back in a user turn, after the assistant's tool_use, and the
   // signed thinking block is put back in front of it.
-  mc.messages.push_back({{"role", "assistant"}, {"content", r.content},
+  mc.messages.push_back({{"role", "assistant"},
+                         {"content", r.content},
                          {"tool_calls", {{{"id", "toolu_01"}, {"name", "list_dir"}, {"arguments", {{"path", "."}}}}}}});
   mc.messages.push_back({{"role", "tool"}, {"tool_call_id", "toolu_01"}, {"name", "list_dir"}, {"content", "a\nb\n"}});
   p->cancel();
@@ -122,12 +124,15 @@ TEST_CASE("anthropic: thinking, text and a tool_use streamed; usage and stop rea
   const json& m = seen[1]["body"]["messages"];
   REQUIRE(m.size() == 3);
   CHECK(m[1]["role"] == "assistant");
-  CHECK(m[1]["content"][0] == json{{"type", "thinking"}, {"thinking", "I should list the dir."}, {"signature", "SIG123"}});
+  CHECK(m[1]["content"][0] ==
+        json{{"type", "thinking"}, {"thinking", "I should list the dir."}, {"signature", "SIG123"}});
   CHECK(m[1]["content"][1] == json{{"type", "text"}, {"text", "Let me look."}});
   CHECK(m[1]["content"][2]["type"] == "tool_use");
   CHECK(m[1]["content"][2]["input"] == json{{"path", "."}});
   CHECK(m[2]["role"] == "user");
-  CHECK(m[2]["content"][0] == json{{"type", "tool_result"}, {"tool_use_id", "toolu_01"}, {"content", "a\nb\n"},
+  CHECK(m[2]["content"][0] == json{{"type", "tool_result"},
+                                   {"tool_use_id", "toolu_01"},
+                                   {"content", "a\nb\n"},
                                    {"cache_control", {{"type", "ephemeral"}}}});
   CHECK(seen[1]["body"].contains("thinking"));
 }
@@ -139,7 +144,8 @@ TEST_CASE("anthropic: a tool-use turn whose thinking blocks are unknown is conti
   auto mc = user_call();
   mc.max_tokens = 8000;
   mc.max_thinking_tokens = 2000;
-  mc.messages.push_back({{"role", "assistant"}, {"content", ""},
+  mc.messages.push_back({{"role", "assistant"},
+                         {"content", ""},
                          {"tool_calls", {{{"id", "call.1"}, {"name", "grep"}, {"arguments", {{"pattern", "x"}}}}}}});
   mc.messages.push_back({{"role", "tool"}, {"tool_call_id", "call.1"}, {"content", "nothing"}});
   auto r = call(io, *p, mc);
@@ -221,13 +227,16 @@ json loop_history(std::size_t turns) {
                         {{"role", "user"}, {"content", "explore"}}});
   for (std::size_t k = 0; k < turns; ++k) {
     const std::string id = "toolu_" + std::to_string(k);
-    m.push_back({{"role", "assistant"}, {"content", "Reading the next file."},
+    m.push_back({{"role", "assistant"},
+                 {"content", "Reading the next file."},
                  {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f"}}}}}}});
-    m.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(3000, 'a' + k % 26)}});
+    m.push_back(
+        {{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(3000, 'a' + k % 26)}});
   }
   return m;
 }
-const json kReadFile = json::array({{{"name", "read_file"}, {"description", "read"}, {"input_schema", {{"type", "object"}}}}});
+const json kReadFile =
+    json::array({{{"name", "read_file"}, {"description", "read"}, {"input_schema", {{"type", "object"}}}}});
 }  // namespace
 
 TEST_CASE("anthropic: thinking tokens come from usage, not from the (summarized) thinking text") {
@@ -275,9 +284,13 @@ TEST_CASE("anthropic: each call's budget_tokens is what is left; under 1024 none
     REQUIRE_MESSAGE(r.ok, r.error_message);
     REQUIRE(r.tool_calls.size() == 1);
     if (left[i] < 1024) CHECK(r.request["thinking_off"].get<std::string>().find("minimum") != std::string::npos);
-    history.push_back({{"role", "assistant"}, {"content", r.content},
-                       {"tool_calls", {{{"id", r.tool_calls[0].id}, {"name", "read_file"}, {"arguments", r.tool_calls[0].arguments}}}}});
-    history.push_back({{"role", "tool"}, {"tool_call_id", r.tool_calls[0].id}, {"name", "read_file"}, {"content", "text"}});
+    history.push_back(
+        {{"role", "assistant"},
+         {"content", r.content},
+         {"tool_calls",
+          {{{"id", r.tool_calls[0].id}, {"name", "read_file"}, {"arguments", r.tool_calls[0].arguments}}}}});
+    history.push_back(
+        {{"role", "tool"}, {"tool_call_id", r.tool_calls[0].id}, {"name", "read_file"}, {"content", "text"}});
   }
   json seen = inspect(io, srv, "tb");
   REQUIRE(seen.size() == 3);
@@ -306,9 +319,13 @@ TEST_CASE("anthropic: signed thinking blocks of every turn are kept (no drop aft
     auto r = call(io, *p, mc);
     REQUIRE_MESSAGE(r.ok, r.error_message);
     REQUIRE(r.tool_calls.size() == 1);
-    history.push_back({{"role", "assistant"}, {"content", r.content},
-                       {"tool_calls", {{{"id", r.tool_calls[0].id}, {"name", "read_file"}, {"arguments", r.tool_calls[0].arguments}}}}});
-    history.push_back({{"role", "tool"}, {"tool_call_id", r.tool_calls[0].id}, {"name", "read_file"}, {"content", "x"}});
+    history.push_back(
+        {{"role", "assistant"},
+         {"content", r.content},
+         {"tool_calls",
+          {{{"id", r.tool_calls[0].id}, {"name", "read_file"}, {"arguments", r.tool_calls[0].arguments}}}}});
+    history.push_back(
+        {{"role", "tool"}, {"tool_call_id", r.tool_calls[0].id}, {"name", "read_file"}, {"content", "x"}});
   }
   json seen = inspect(io, srv, "many");
   REQUIRE(seen.size() == 36);
@@ -352,7 +369,8 @@ TEST_CASE("anthropic: cache breakpoints on tools, system and the growing history
   CHECK(replies[1].usage.cache_read_input_tokens >= replies[0].usage.cache_write_input_tokens);
   CHECK(replies[2].usage.cache_read_input_tokens > replies[1].usage.cache_read_input_tokens);
   CHECK(replies[2].usage.cache_write_input_tokens < replies[0].usage.cache_write_input_tokens);
-  CHECK(replies[2].usage.input_tokens >= replies[2].usage.cache_read_input_tokens + replies[2].usage.cache_write_input_tokens);
+  CHECK(replies[2].usage.input_tokens >=
+        replies[2].usage.cache_read_input_tokens + replies[2].usage.cache_write_input_tokens);
 
   // prompt_caching off: no breakpoints at all.
   cfg = config(srv.scenario("loop:10:4:0", "nocache"));

@@ -21,12 +21,16 @@ struct Env {
   std::optional<std::string> old;
   Env(std::string n, const char* value) : name(std::move(n)) {
     if (const char* o = ::getenv(name.c_str())) old = o;
-    if (value) ::setenv(name.c_str(), value, 1);
-    else ::unsetenv(name.c_str());
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
   }
   ~Env() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
   }
 };
 
@@ -111,8 +115,9 @@ TEST_CASE("a missing key names the variable, never a value; a present key never 
     CHECK(p->describe().find("keyed:m") != std::string::npos);
   }
   Env k("OPENAI_API_KEY", nullptr), b("OPENAI_BASE_URL", nullptr);
-  CHECK(error_of([&] { supervisor::validate_model_spec("openai:gpt-4.1", supervisor::ModelConfig{}); })
-            .find("OPENAI_API_KEY") != std::string::npos);
+  CHECK(error_of([&] {
+          supervisor::validate_model_spec("openai:gpt-4.1", supervisor::ModelConfig{});
+        }).find("OPENAI_API_KEY") != std::string::npos);
   CHECK(error_of([&] { supervisor::validate_model_spec("local", cfg); }).empty());
 }
 
@@ -130,8 +135,8 @@ TEST_CASE("bad config files name the provider and the field") {
         std::string::npos);
   CHECK(err(R"({"providers": {"x": {"type": "openai", "colour": 1}}})").find("colour is not a known field") !=
         std::string::npos);
-  CHECK(err(R"({"providers": {"x": {"type": "openai", "api_key_env": "sk-abc-123"}}})").find("must name an environment variable") !=
-        std::string::npos);
+  CHECK(err(R"({"providers": {"x": {"type": "openai", "api_key_env": "sk-abc-123"}}})")
+            .find("must name an environment variable") != std::string::npos);
   CHECK(err(R"({"providers": {"a:b": {"type": "openai"}}})").find("not allowed") != std::string::npos);
 }
 

@@ -23,7 +23,6 @@ namespace {
 using test::FakeServer;
 using test::run_until;
 
-
 // Runs `subagent-supervisor run` with the model config pointing at the fake server. `provider` and
 // `top` are merged into the provider's entry and into the config itself.
 test::RunResult run_with(const FakeServer& srv, const std::string& type, const std::string& scenario,
@@ -42,8 +41,17 @@ test::RunResult run_with(const FakeServer& srv, const std::string& type, const s
   std::string path = dir.write("models.json", cfg.dump());
   ::setenv("SUBAGENT_MODEL_CONFIG", path.c_str(), 1);
   ::setenv("SUBAGENT_E2E_KEY", "sk-e2e-SECRET-789", 1);
-  std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
-                                SUBAGENT_SOURCE_DIR, "--brief", "list the workspace", "--model", "fake", "--quiet"};
+  std::vector<std::string> a = {test::bin("subagent-supervisor").string(),
+                                "run",
+                                "--preset",
+                                "explore",
+                                "--workspace",
+                                SUBAGENT_SOURCE_DIR,
+                                "--brief",
+                                "list the workspace",
+                                "--model",
+                                "fake",
+                                "--quiet"};
   a.insert(a.end(), extra.begin(), extra.end());
   auto r = test::run(a);
   ::unsetenv("SUBAGENT_MODEL_CONFIG");
@@ -94,8 +102,12 @@ TEST_CASE("a token budget holds inside one streaming call") {
 
 TEST_CASE("a model spec whose key variable is unset is refused before anything starts") {
   test::TempDir dir;
-  json cfg = {{"providers", {{"fake", {{"type", "openai"}, {"base_url", "http://127.0.0.1:9/v1"}, {"model", "m"},
-                                        {"api_key_env", "SUBAGENT_E2E_UNSET_KEY"}}}}}};
+  json cfg = {{"providers",
+               {{"fake",
+                 {{"type", "openai"},
+                  {"base_url", "http://127.0.0.1:9/v1"},
+                  {"model", "m"},
+                  {"api_key_env", "SUBAGENT_E2E_UNSET_KEY"}}}}}};
   ::setenv("SUBAGENT_MODEL_CONFIG", dir.write("models.json", cfg.dump()).c_str(), 1);
   ::unsetenv("SUBAGENT_E2E_UNSET_KEY");
   auto r = test::run({test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
@@ -138,8 +150,8 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
 
     // The server counts 4 bytes a token, less dense than the estimate's 3: the estimate errs high
     // and the budget holds exactly.
-    auto env = envelope_of(run_with(srv, type, "loop:40:4:0", "res-" + type,
-                                    {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
+    auto env = envelope_of(
+        run_with(srv, type, "loop:40:4:0", "res-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
     CHECK(env["answer_partial"] == false);
@@ -149,8 +161,8 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
     // A denser server (2 bytes a token): the first estimate falls short, then the child's own ratio
     // takes over. The overshoot stays within the documented bound: 2/3 of the bytes added since the
     // previous call (here at most one tool result of 16,000 bytes plus its call).
-    env = envelope_of(run_with(srv, type, "loop:40:2:0", "dense-" + type,
-                               {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
+    env = envelope_of(
+        run_with(srv, type, "loop:40:2:0", "dense-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
     CHECK(env["status"] == "budget_exhausted");
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000 + 2 * 17000 / 3);
   }
@@ -215,27 +227,33 @@ TEST_CASE("prompt caching: cache reads and writes reach the envelope and the tra
     CHECK(env["status"] == "completed");
     CHECK(u(env, "cache_read_input_tokens") > 0);
     CHECK(u(env, "cache_read_input_tokens") < u(env, "input_tokens"));
-    if (type == "anthropic") CHECK(u(env, "cache_write_input_tokens") > 0);
-    else CHECK(u(env, "cache_write_input_tokens") == 0);
+    if (type == "anthropic")
+      CHECK(u(env, "cache_write_input_tokens") > 0);
+    else
+      CHECK(u(env, "cache_write_input_tokens") == 0);
     auto t = transcript_of(env);
     std::uint64_t read = 0;
-    for (const auto& e : events(t, "model_response")) read += e["usage"]["cache_read_input_tokens"].get<std::uint64_t>();
+    for (const auto& e : events(t, "model_response"))
+      read += e["usage"]["cache_read_input_tokens"].get<std::uint64_t>();
     CHECK(read == u(env, "cache_read_input_tokens"));
   }
 }
 
 TEST_CASE("cost: estimated from the price table; max_cost_usd holds with the same reservation") {
   FakeServer srv;
-  const json prices = {{"prices", {{"fake-model", {{"input", 3.0}, {"cached_input", 0.3}, {"cache_write", 3.75}, {"output", 15.0}}}}}};
+  const json prices = {
+      {"prices", {{"fake-model", {{"input", 3.0}, {"cached_input", 0.3}, {"cache_write", 3.75}, {"output", 15.0}}}}}};
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
     auto env = envelope_of(run_with(srv, type, "loop:10:4:0", "cost-" + type, {}, json::object(), prices));
     CHECK(env["status"] == "completed");
     REQUIRE(env["cost_usd"].is_number());
-    const double in = static_cast<double>(u(env, "input_tokens") - u(env, "cache_read_input_tokens") - u(env, "cache_write_input_tokens"));
+    const double in = static_cast<double>(u(env, "input_tokens") - u(env, "cache_read_input_tokens") -
+                                          u(env, "cache_write_input_tokens"));
     const double want = (in * 3.0 + static_cast<double>(u(env, "cache_read_input_tokens")) * 0.3 +
                          static_cast<double>(u(env, "cache_write_input_tokens")) * 3.75 +
-                         static_cast<double>(u(env, "output_tokens")) * 15.0) / 1e6;
+                         static_cast<double>(u(env, "output_tokens")) * 15.0) /
+                        1e6;
     CHECK(env["cost_usd"].get<double>() == doctest::Approx(want).epsilon(1e-9));
     CHECK(env["cost_usd"].get<double>() > 0.01);
 

@@ -64,7 +64,8 @@ supervisor::ModelReply call(boost::asio::io_context& io, supervisor::ProviderCon
     ++o.calls;
     o.reply = std::move(r);
   });
-  REQUIRE(run_until(io, [&] { return o.reply.has_value(); }, limit));
+  REQUIRE(run_until(
+      io, [&] { return o.reply.has_value(); }, limit));
   for (int i = 0; i < 5; ++i) io.poll();  // a second `done` would show here
   CHECK(o.calls == 1);
   CHECK(o.reply->error_message.find(kKey) == std::string::npos);
@@ -77,11 +78,13 @@ TEST_CASE("openai: a streamed turn with reasoning, text and two tool calls split
   FakeServer srv;
   boost::asio::io_context io;
   supervisor::ModelCall mc;
-  mc.messages = json::array({{{"role", "system"}, {"content", "be brief"}},
-                             {{"role", "user"}, {"content", "look"}},
-                             {{"role", "assistant"}, {"content", ""},
-                              {"tool_calls", {{{"id", "call_0"}, {"name", "read_file"}, {"arguments", {{"path", "a"}}}}}}},
-                             {{"role", "tool"}, {"tool_call_id", "call_0"}, {"name", "read_file"}, {"content", "text of a"}}});
+  mc.messages =
+      json::array({{{"role", "system"}, {"content", "be brief"}},
+                   {{"role", "user"}, {"content", "look"}},
+                   {{"role", "assistant"},
+                    {"content", ""},
+                    {"tool_calls", {{{"id", "call_0"}, {"name", "read_file"}, {"arguments", {{"path", "a"}}}}}}},
+                   {{"role", "tool"}, {"tool_call_id", "call_0"}, {"name", "read_file"}, {"content", "text of a"}}});
   mc.tools = json::array({{{"name", "list_dir"}, {"description", "list"}, {"input_schema", {{"type", "object"}}}}});
   mc.max_tokens = 300;
   auto r = call(io, config(srv.scenario("tools", "t1")), mc);
@@ -276,11 +279,13 @@ TEST_CASE("openai: cancel() aborts the transfer and done is never called") {
   mc.messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   bool called = false;
   p->start(mc, [&](supervisor::ModelReply) { called = true; });
-  run_until(io, [] { return false; }, 300ms);
+  run_until(
+      io, [] { return false; }, 300ms);
   CHECK(supervisor::http::Client::of(io).active() == 1);
   p->cancel();
   CHECK(supervisor::http::Client::of(io).active() == 0);
-  run_until(io, [] { return false; }, 1500ms);
+  run_until(
+      io, [] { return false; }, 1500ms);
   CHECK_FALSE(called);
   // The provider is reusable after a cancel.
   auto r = call(io, config(srv.scenario("text", "c2")));
@@ -296,9 +301,11 @@ TEST_CASE("openai: destroying the provider mid-stream is safe") {
     supervisor::ModelCall mc;
     mc.messages = json::array({{{"role", "user"}, {"content", "hi"}}});
     p->start(mc, [&](supervisor::ModelReply) { called = true; });
-    run_until(io, [] { return false; }, 200ms);
+    run_until(
+        io, [] { return false; }, 200ms);
   }
-  run_until(io, [] { return false; }, 300ms);
+  run_until(
+      io, [] { return false; }, 300ms);
   CHECK_FALSE(called);
   CHECK(supervisor::http::Client::of(io).active() == 0);
 }
@@ -309,13 +316,16 @@ json loop_history(std::size_t turns) {
                         {{"role", "user"}, {"content", "explore"}}});
   for (std::size_t k = 0; k < turns; ++k) {
     const std::string id = "call_" + std::to_string(k);
-    m.push_back({{"role", "assistant"}, {"content", "Reading the next file."},
+    m.push_back({{"role", "assistant"},
+                 {"content", "Reading the next file."},
                  {"tool_calls", {{{"id", id}, {"name", "read_file"}, {"arguments", {{"path", "f"}}}}}}});
-    m.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(3000, 'a' + k % 26)}});
+    m.push_back(
+        {{"role", "tool"}, {"tool_call_id", id}, {"name", "read_file"}, {"content", std::string(3000, 'a' + k % 26)}});
   }
   return m;
 }
-const json kReadFile = json::array({{{"name", "read_file"}, {"description", "read"}, {"input_schema", {{"type", "object"}}}}});
+const json kReadFile =
+    json::array({{{"name", "read_file"}, {"description", "read"}, {"input_schema", {{"type", "object"}}}}});
 }  // namespace
 
 TEST_CASE("openai: one prompt_cache_key per child; cached tokens read from prompt_tokens_details") {

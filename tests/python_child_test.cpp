@@ -41,9 +41,21 @@ Run run_python(const std::string& preset, const fs::path& ws, const std::string&
   test::TempDir dir;
   const std::string script = dir.write("model.jsonl", turns);
   const fs::path tdir = dir.path() / "t";
-  std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", preset, "--workspace",
-                                ws.string(), "--child", kChild.string(), "--brief", "look around", "--model",
-                                "replay:" + script, "--quiet", "--transcript-dir", tdir.string()};
+  std::vector<std::string> a = {test::bin("subagent-supervisor").string(),
+                                "run",
+                                "--preset",
+                                preset,
+                                "--workspace",
+                                ws.string(),
+                                "--child",
+                                kChild.string(),
+                                "--brief",
+                                "look around",
+                                "--model",
+                                "replay:" + script,
+                                "--quiet",
+                                "--transcript-dir",
+                                tdir.string()};
   a.insert(a.end(), extra.begin(), extra.end());
   auto r = test::run(a);
   Run out;
@@ -64,11 +76,12 @@ TEST_CASE("the Python example child runs under explore: list_dir and grep in Pyt
   REQUIRE(fs::exists("/usr/bin/python3"));
   test::TempDir ws;
   ws.write("notes/todo.txt", "buy milk\nfind the needle\n");
-  auto r = run_python("explore", ws.path(),
-                      R"({"content":"looking","tool_calls":[{"name":"list_dir","arguments":{"path":"notes"}},{"name":"grep","arguments":{"pattern":"needle"}}]})"
-                      "\n"
-                      R"({"content":"## Summary\nFound it in notes/todo.txt."})"
-                      "\n");
+  auto r = run_python(
+      "explore", ws.path(),
+      R"({"content":"looking","tool_calls":[{"name":"list_dir","arguments":{"path":"notes"}},{"name":"grep","arguments":{"pattern":"needle"}}]})"
+      "\n"
+      R"({"content":"## Summary\nFound it in notes/todo.txt."})"
+      "\n");
   CHECK_MESSAGE(r.code == 0, r.env.dump(2) << r.err);
   CHECK(r.env["status"] == "completed");
   CHECK(r.env["summary"] == "Found it in notes/todo.txt.");
@@ -117,7 +130,8 @@ TEST_CASE("the Python example child runs under worker: run_command make") {
 
 TEST_CASE("without ${interpreter} the Python child is refused, and the error names the interpreter and the fix") {
   test::TempDir policies;
-  for (const auto& e : fs::directory_iterator(test::policy_dir())) fs::copy_file(e.path(), policies.path() / e.path().filename());
+  for (const auto& e : fs::directory_iterator(test::policy_dir()))
+    fs::copy_file(e.path(), policies.path() / e.path().filename());
   std::string text = test::slurp(policies.path() / "explore.json");
   const std::string needle = "\"${interpreter}\", ";
   auto at = text.find(needle);
@@ -151,7 +165,8 @@ TEST_CASE("under explore /dev/null opens read-write (Python's subprocess.DEVNULL
       "except OSError as e:  # EROFS from the read-only bind, or EACCES from Landlock\n"
       "    print('write refused' if e.errno in (13, 30) else 'other error %d' % e.errno)\n";
   // Through a pipe: explore lets no file grow, so `sandbox` refuses a regular file as stdout.
-  auto r = test::run({"/bin/sh", "-c", "\"$0\" sandbox --preset explore --workspace \"$1\" -- /usr/bin/python3 -c \"$2\" 2>&1 | cat",
+  auto r = test::run({"/bin/sh", "-c",
+                      "\"$0\" sandbox --preset explore --workspace \"$1\" -- /usr/bin/python3 -c \"$2\" 2>&1 | cat",
                       test::bin("subagent-supervisor").string(), ws.path().string(), code});
   CHECK_MESSAGE(r.code == 0, r.err);
   CHECK_MESSAGE(r.out.find("devnull ok") != std::string::npos, r.out << r.err);

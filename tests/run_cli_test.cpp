@@ -11,8 +11,16 @@ using nlohmann::json;
 namespace {
 
 std::vector<std::string> run_args(std::vector<std::string> extra, const std::string& script) {
-  std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
-                                SUBAGENT_SOURCE_DIR, "--brief", "look around", "--model", "replay:" + script};
+  std::vector<std::string> a = {test::bin("subagent-supervisor").string(),
+                                "run",
+                                "--preset",
+                                "explore",
+                                "--workspace",
+                                SUBAGENT_SOURCE_DIR,
+                                "--brief",
+                                "look around",
+                                "--model",
+                                "replay:" + script};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -37,9 +45,10 @@ TEST_CASE("the README demo completes and its cited evidence still holds") {
     for (int n = std::stoi((*it)[2].str()); n > 0 && std::getline(in, line); --n) {
     }
     std::string claim = (*it)[3].str();
-    bool ok = (claim.find("kDefaultMaxLine") != std::string::npos && line.find("kDefaultMaxLine") != std::string::npos) ||
-              (claim.find("size check") != std::string::npos && line.find("> max_line_") != std::string::npos) ||
-              (claim.find("line_too_long") != std::string::npos && line.find("line_too_long") != std::string::npos);
+    bool ok =
+        (claim.find("kDefaultMaxLine") != std::string::npos && line.find("kDefaultMaxLine") != std::string::npos) ||
+        (claim.find("size check") != std::string::npos && line.find("> max_line_") != std::string::npos) ||
+        (claim.find("line_too_long") != std::string::npos && line.find("line_too_long") != std::string::npos);
     CHECK_MESSAGE(ok, (*it)[0].str() << " -> " << line);
     ++checked;
   }
@@ -73,7 +82,8 @@ TEST_CASE("bad command lines and bad inputs name what was wrong") {
   r = test::run({sup, "run", "--preset", "nosuch", "--workspace", ".", "--brief", "b", "--model", "replay:x"});
   CHECK(r.code == 64);
   CHECK(r.err.find("unknown preset 'nosuch'") != std::string::npos);
-  r = test::run({sup, "run", "--preset", "explore", "--workspace", "/nonexistent", "--brief", "b", "--model", "replay:x"});
+  r = test::run(
+      {sup, "run", "--preset", "explore", "--workspace", "/nonexistent", "--brief", "b", "--model", "replay:x"});
   CHECK(r.code == 64);
   CHECK(r.err.find("workspace '/nonexistent'") != std::string::npos);
   r = test::run({sup, "frobnicate"});
@@ -90,7 +100,8 @@ TEST_CASE("--help documents every flag") {
 
 TEST_CASE("the exit status follows the envelope's status") {
   test::TempDir d;
-  std::string forever = d.write("f.jsonl", R"({"tool_calls":[{"name":"list_dir","arguments":{}}],"repeat":"forever"})" "\n");
+  std::string forever = d.write("f.jsonl", R"({"tool_calls":[{"name":"list_dir","arguments":{}}],"repeat":"forever"})"
+                                           "\n");
   auto r = test::run(run_args({"--max-steps", "2"}, forever));
   CHECK(r.code == 2);
   CHECK(json::parse(r.out)["status"] == "budget_exhausted");

@@ -277,8 +277,9 @@ TEST_CASE("SIGTERM to the supervisor reaches the command's handler through the i
     CHECK(r.finish() == 128 + SIGKILL);
   }
   {  // SIGUSR1 is passed on every time, and the command goes on.
-    Running r(sandbox("worker", ws.path(),
-                      sh("trap 'echo usr1' USR1; echo ready; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo end")));
+    Running r(sandbox(
+        "worker", ws.path(),
+        sh("trap 'echo usr1' USR1; echo ready; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo end")));
     REQUIRE(r.wait_for("ready\n"));
     r.signal(SIGUSR1);
     REQUIRE(r.wait_for("usr1\n"));
@@ -315,7 +316,8 @@ TEST_CASE("HOME is private: not the workspace, empty at every run, writable for 
   // The read-only presets: HOME exists, empty, and nothing can be written there.
   for (const std::string preset : {"explore", "reviewer", "research"}) {
     CAPTURE(preset);
-    auto r = test::run(sandbox(preset, ws.path(), sh("echo $HOME; echo hi > \"$HOME/x\" && echo wrote || echo refused")));
+    auto r =
+        test::run(sandbox(preset, ws.path(), sh("echo $HOME; echo hi > \"$HOME/x\" && echo wrote || echo refused")));
     CHECK(r.out == "/home/subagent\nrefused\n");
     // Refused by the mount itself, not by Landlock alone: it is read-only (and noexec).
     auto mounts = test::run(sandbox(preset, ws.path(),
@@ -326,7 +328,8 @@ TEST_CASE("HOME is private: not the workspace, empty at every run, writable for 
   }
   // The twin: a policy that makes the workspace HOME gets the history file in the workspace.
   EditedPolicies home_is_ws("worker", "\"HOME\": \"${home}\"", "\"HOME\": \"${workspace}\"");
-  auto twin = test::run(sandbox("worker", ws.path(), sh("echo hi > \"$HOME/.sh_history\"; echo $HOME"), home_is_ws.option()));
+  auto twin =
+      test::run(sandbox("worker", ws.path(), sh("echo hi > \"$HOME/.sh_history\"; echo $HOME"), home_is_ws.option()));
   CHECK(twin.out == ws.path().string() + "\n");
   CHECK(fs::exists(ws.path() / ".sh_history"));
 }

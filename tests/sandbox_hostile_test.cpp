@@ -39,8 +39,7 @@ namespace {
 constexpr int kSucceeded = 0;
 constexpr int kBlocked = 2;
 
-const std::array<std::string, 5> kPresets = {"explore", "reviewer", "worker", "implementation",
-                                             "research"};
+const std::array<std::string, 5> kPresets = {"explore", "reviewer", "worker", "implementation", "research"};
 bool writer(const std::string& preset) { return preset == "worker" || preset == "implementation"; }
 // Presets whose seccomp groups include "process"; explore and research refuse fork (EPERM).
 bool forks(const std::string& preset) { return preset != "explore" && preset != "research"; }
@@ -85,8 +84,7 @@ Outcome run(const std::vector<std::string>& argv, const RunOptions& opt = {}) {
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     if (opt.uid) {
-      if (::setgroups(0, nullptr) != 0 || ::setgid(opt.gid) != 0 || ::setuid(*opt.uid) != 0)
-        ::_exit(121);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(opt.gid) != 0 || ::setuid(*opt.uid) != 0) ::_exit(121);
     }
     if (::chdir("/") != 0) ::_exit(121);
     std::vector<char*> args, envp;
@@ -118,15 +116,11 @@ std::vector<std::string> hostile(std::vector<std::string> args) {
   return args;
 }
 
-Outcome direct(const std::vector<std::string>& args, const RunOptions& opt = {}) {
-  return run(hostile(args), opt);
-}
+Outcome direct(const std::vector<std::string>& args, const RunOptions& opt = {}) { return run(hostile(args), opt); }
 
-Outcome boxed(const std::string& preset, const fs::path& workspace,
-              const std::vector<std::string>& args, const std::string& policy_dir = "",
-              const RunOptions& opt = {}) {
-  std::vector<std::string> argv = {kCli,   "sandbox",     "--preset",
-                                   preset, "--workspace", workspace.string()};
+Outcome boxed(const std::string& preset, const fs::path& workspace, const std::vector<std::string>& args,
+              const std::string& policy_dir = "", const RunOptions& opt = {}) {
+  std::vector<std::string> argv = {kCli, "sandbox", "--preset", preset, "--workspace", workspace.string()};
   if (!policy_dir.empty()) argv.insert(argv.end(), {"--policy-dir", policy_dir});
   argv.push_back("--");
   for (const auto& a : hostile(args)) argv.push_back(a);
@@ -186,8 +180,7 @@ class Listeners {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path + (abstract ? 1 : 0), name.data(), name.size());
-    socklen_t len =
-        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size() + (abstract ? 1 : 0));
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size() + (abstract ? 1 : 0));
     REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0);
     if (!abstract) ::chmod(name.c_str(), 0777);  // reachable by the unprivileged-user test too
     if (type == SOCK_STREAM) REQUIRE(::listen(fd, 16) == 0);
@@ -199,8 +192,7 @@ class Listeners {
     ++accepted_;
     struct pollfd p = {c, POLLIN, 0};
     char buf[8];
-    if (::poll(&p, 1, 2000) == 1 && ::recv(c, buf, sizeof buf, 0) == 4)
-      (void)!::send(c, "pong", 4, MSG_NOSIGNAL);
+    if (::poll(&p, 1, 2000) == 1 && ::recv(c, buf, sizeof buf, 0) == 4) (void)!::send(c, "pong", 4, MSG_NOSIGNAL);
     ::close(c);
   }
   void answer_datagram(int fd) {
@@ -368,8 +360,7 @@ TEST_CASE("reading outside the read roots is refused, also through a symlink") {
 // and with LANDLOCK_ACCESS_FS_REFER handled (ABI 2+) a link may not move a file into a hierarchy
 // that grants more than where it comes from (EXDEV). So whoever can write into a workspace before
 // the child starts decides what it reads, and nobody inside the sandbox can extend that.
-TEST_CASE(
-    "hard links: a pre-existing one in the workspace is readable; the child cannot make one") {
+TEST_CASE("hard links: a pre-existing one in the workspace is readable; the child cannot make one") {
   World w;
   CHECK_OUTCOME(direct({"link", w.out("secret.txt"), w.in_ws("direct-link")}), kSucceeded);
   for (const auto& preset : kPresets) {
@@ -420,8 +411,7 @@ TEST_CASE("a sibling process cannot be traced, read, signalled or have its envir
   for (const auto& preset : kPresets) {
     INFO(preset);
     CHECK_OUTCOME(boxed(preset, w.ws.path(), {"ptrace", sibling.pid()}), kBlocked);
-    CHECK_OUTCOME(boxed(preset, w.ws.path(), {"vm_readv", sibling.pid(), sibling.address()}),
-                  kBlocked);
+    CHECK_OUTCOME(boxed(preset, w.ws.path(), {"vm_readv", sibling.pid(), sibling.address()}), kBlocked);
     CHECK_OUTCOME(boxed(preset, w.ws.path(), {"signal", sibling.pid()}), kBlocked);
     auto e = boxed(preset, w.ws.path(), {"environ", sibling.pid()});
     CHECK_OUTCOME(e, kBlocked);
@@ -476,8 +466,9 @@ TEST_CASE("fork bomb, memory bomb and CPU spin are held by the process cap and r
   CHECK_OUTCOME(direct({"membomb", "12288"}), kSucceeded);
   CHECK_OUTCOME(direct({"spin", "1.5"}), kSucceeded);
 #ifdef SUBAGENT_SANITIZER_BUILD
-  MESSAGE("memory bomb not checked in a sanitizer build: its shadow memory needs terabytes of address "
-          "space, so sandbox/launch.cpp sets no RLIMIT_AS there (sandbox_rlimits_test checks the layer says so)");
+  MESSAGE(
+      "memory bomb not checked in a sanitizer build: its shadow memory needs terabytes of address "
+      "space, so sandbox/launch.cpp sets no RLIMIT_AS there (sandbox_rlimits_test checks the layer says so)");
 #endif
   for (const auto& preset : kPresets) {
     INFO(preset);
@@ -507,12 +498,10 @@ TEST_CASE("an fd inherited without close-on-exec does not reach the sandboxed co
 
 TEST_CASE("worker runs a compiler and a build inside the workspace") {
   World w;
-  w.ws.write("hello.c",
-             "#include <stdio.h>\nint main(void) { puts(\"built and ran\"); return 0; }\n");
+  w.ws.write("hello.c", "#include <stdio.h>\nint main(void) { puts(\"built and ran\"); return 0; }\n");
   w.ws.write("Makefile", "hello: hello.c\n\tcc -O0 -o hello hello.c\n\ncheck: hello\n\t./hello\n");
-  std::vector<std::string> argv = {kCli,     "sandbox",       "--preset",
-                                   "worker", "--workspace",   w.ws.path().string(),
-                                   "--",     "/usr/bin/make", "check"};
+  std::vector<std::string> argv = {kCli, "sandbox",       "--preset", "worker", "--workspace", w.ws.path().string(),
+                                   "--", "/usr/bin/make", "check"};
   auto o = run(argv);
   CHECK_OUTCOME(o, 0);
   CHECK(o.out.find("built and ran") != std::string::npos);
@@ -546,8 +535,7 @@ TEST_CASE("as an unprivileged user the sandbox still comes up and contains a wri
   World w;
   for (const fs::path& dir : {w.ws.path(), w.outside.path()}) {
     REQUIRE(::chown(dir.c_str(), pw->pw_uid, pw->pw_gid) == 0);
-    for (const auto& e : fs::directory_iterator(dir))
-      REQUIRE(::lchown(e.path().c_str(), pw->pw_uid, pw->pw_gid) == 0);
+    for (const auto& e : fs::directory_iterator(dir)) REQUIRE(::lchown(e.path().c_str(), pw->pw_uid, pw->pw_gid) == 0);
   }
   // The twin: as that user, without the sandbox, both writes work.
   CHECK_OUTCOME(direct({"write", w.out("as-user-direct.txt")}, as_user), kSucceeded);
@@ -555,9 +543,7 @@ TEST_CASE("as an unprivileged user the sandbox still comes up and contains a wri
     INFO(preset);
     auto inside = boxed(preset, w.ws.path(), {"write", w.in_ws("as-user.txt")}, "", as_user);
     CHECK_OUTCOME(inside, writer(preset) ? kSucceeded : kBlocked);
-    CHECK_OUTCOME(
-        boxed(preset, w.ws.path(), {"write", w.out(preset + "-as-user.txt")}, "", as_user),
-        kBlocked);
+    CHECK_OUTCOME(boxed(preset, w.ws.path(), {"write", w.out(preset + "-as-user.txt")}, "", as_user), kBlocked);
     CHECK(!fs::exists(w.out(preset + "-as-user.txt")));
     CHECK_OUTCOME(boxed(preset, w.ws.path(), {"forkbomb", "1000"}, "", as_user), kBlocked);
   }
@@ -565,13 +551,14 @@ TEST_CASE("as an unprivileged user the sandbox still comes up and contains a wri
 
 // The seccomp allowlist through the CLI, as a hostile command would meet it: `sandbox --preset P --
 // sandbox_probe ACTION` exits with the errno the action got (tests/programs/sandbox_probe.cpp).
-TEST_CASE("seccomp allowlist: watches, READ_IMPLIES_EXEC and unlisted syscalls are refused; each "
-          "preset's own groups work") {
+TEST_CASE(
+    "seccomp allowlist: watches, READ_IMPLIES_EXEC and unlisted syscalls are refused; each "
+    "preset's own groups work") {
   World w;
   const std::string probe = test::program("sandbox_probe").string();
   auto probe_in = [&](const std::string& preset, std::vector<std::string> args) {
-    std::vector<std::string> argv = {kCli, "sandbox", "--preset", preset, "--workspace",
-                                     w.ws.path().string(), "--", probe};
+    std::vector<std::string> argv = {kCli, "sandbox", "--preset", preset, "--workspace", w.ws.path().string(),
+                                     "--", probe};
     argv.insert(argv.end(), args.begin(), args.end());
     return run(argv);
   };

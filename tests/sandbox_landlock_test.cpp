@@ -52,13 +52,11 @@ TEST_CASE("a hard link to a file outside the roots cannot be made") {
   auto policy = without_new_root(explore_policy());
   policy.write_paths = {"${workspace}"};
   policy.syscall_groups.push_back("filesystem_write");  // so that only Landlock can refuse
-  CHECK(exit_code(run_plain({"link", (outside.path / "secret.txt").string(),
-                             (ws.path / "plain-hard.txt").string()})
+  CHECK(exit_code(run_plain({"link", (outside.path / "secret.txt").string(), (ws.path / "plain-hard.txt").string()})
                       .status) == 0);
-  int rc = exit_code(
-      run_sandboxed(policy, request_for(ws.path, {"link", (outside.path / "secret.txt").string(),
-                                                  (ws.path / "hard.txt").string()}))
-          .status);
+  int rc = exit_code(run_sandboxed(policy, request_for(ws.path, {"link", (outside.path / "secret.txt").string(),
+                                                                 (ws.path / "hard.txt").string()}))
+                         .status);
   CHECK((rc == EXDEV || rc == EACCES));
   CHECK(!fs::exists(ws.path / "hard.txt"));
 }
@@ -91,12 +89,11 @@ TEST_CASE("a program outside the execute roots cannot be executed") {
   auto req = request_for(ws.path, {"true"});
   req.executable = (ws.path / "probe-copy").string();
   auto plan = sandbox::prepare(without_new_root(explore_policy()), req);
-  CHECK_THROWS_WITH_AS(
-      sandbox::launch(*plan),
-      ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied ('" + req.executable +
-       "' is not under any sandbox.filesystem.execute path of the policy)")
-          .c_str(),
-      sandbox::SandboxError);
+  CHECK_THROWS_WITH_AS(sandbox::launch(*plan),
+                       ("sandbox step 'execve' failed for '" + req.executable + "': Permission denied ('" +
+                        req.executable + "' is not under any sandbox.filesystem.execute path of the policy)")
+                           .c_str(),
+                       sandbox::SandboxError);
 }
 
 TEST_CASE("signals to processes outside the sandbox are scoped away (Landlock ABI 6)") {
@@ -120,8 +117,7 @@ TEST_CASE("protected paths inside a write root are read-only; the rest of the ro
   const fs::path hook = ws.path / ".git" / "hooks" / "pre-commit";
   CHECK(exit_code(run_plain({"write", (ws.path / ".git" / "plain").string()}).status) == 0);
   auto boxed = [&](const fs::path& target) {
-    return exit_code(
-        run_sandboxed(policy, request_for(ws.path, {"write", target.string()})).status);
+    return exit_code(run_sandboxed(policy, request_for(ws.path, {"write", target.string()})).status);
   };
   CHECK(boxed(hook) == EROFS);
   CHECK(boxed(ws.path / ".git" / "config") == EROFS);
@@ -133,8 +129,7 @@ TEST_CASE("protected paths inside a write root are read-only; the rest of the ro
   CHECK(exit_code(run_plain({"write", hook.string()}).status) == 0);
 
   auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
-  CHECK(sandbox::layers(*plan)[15].detail.find("read-only: " + (ws.path / ".git").string()) !=
-        std::string::npos);
+  CHECK(sandbox::layers(*plan)[15].detail.find("read-only: " + (ws.path / ".git").string()) != std::string::npos);
   policy.namespaces = {"user", "pid"};
   CHECK_THROWS_AS(sandbox::prepare(policy, request_for(ws.path, {"true"})), sandbox::SandboxError);
 }

@@ -65,10 +65,10 @@ TEST_CASE("a failing sandbox step is reported by name, and the target never runs
   } catch (const sandbox::SandboxError& e) {
     // As root the parent clones the roots (and names the path); otherwise the child does.
     CHECK(std::string(e.what()) ==
-          (::geteuid() == 0 ? "new root: cloning the mount tree at '" + ws.path.string() +
-                                  "': No such file or directory"
-                            : std::string("sandbox step 'clone_root_path' failed: No such file or "
-                                          "directory")));
+          (::geteuid() == 0
+               ? "new root: cloning the mount tree at '" + ws.path.string() + "': No such file or directory"
+               : std::string("sandbox step 'clone_root_path' failed: No such file or "
+                             "directory")));
   }
   fs::create_directory(ws.path);
 }
@@ -98,8 +98,7 @@ TEST_CASE("no fd but 0, 1 and 2 reaches the child") {
   ::close(leak);
 }
 
-TEST_CASE(
-    "the environment holds the allowlist, the policy's values and the request's, nothing else") {
+TEST_CASE("the environment holds the allowlist, the policy's values and the request's, nothing else") {
   TempDir ws;
   ::setenv("SANDBOX_TEST_SECRET", "hunter2", 1);
   ::setenv("LANG", "C.UTF-8", 1);
@@ -109,8 +108,7 @@ TEST_CASE(
   req.extra_env = {"SUBAGENT_PROTOCOL=1"};
   auto boxed = run_sandboxed(explore_policy(), req);
   CHECK(exit_code(boxed.status) == 0);
-  std::string expected =
-      "HOME=/home/subagent\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
+  std::string expected = "HOME=/home/subagent\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nSUBAGENT_PROTOCOL=1\n";
   CHECK(boxed.out == expected);
   ::unsetenv("SANDBOX_TEST_SECRET");
 }
@@ -229,11 +227,10 @@ TEST_CASE("a required layer the plan lacks refuses the launch with the layer's n
   auto policy = without_new_root(explore_policy());
   policy.namespaces.clear();
   policy.required.push_back("pid_namespace");
-  CHECK_THROWS_WITH_AS(
-      sandbox::prepare(policy, request_for(ws.path, {"true"})),
-      "policy explore.json: requires the 'pid_namespace' layer, which is not available: not "
-      "requested by the policy",
-      sandbox::SandboxError);
+  CHECK_THROWS_WITH_AS(sandbox::prepare(policy, request_for(ws.path, {"true"})),
+                       "policy explore.json: requires the 'pid_namespace' layer, which is not available: not "
+                       "requested by the policy",
+                       sandbox::SandboxError);
 }
 
 TEST_CASE("every capability is dropped, no_new_privs is set and the child leads a new session") {

@@ -57,16 +57,13 @@ TEST_CASE("mistakes are errors that name the file and the field") {
   CHECK(with([](auto& j) {
           j["rlimits"]["stack_mb"] = 8;
         }).starts_with("policy test.json: sandbox.rlimits.stack_mb is not a known field"));
-  CHECK(with([](auto& j) {
-          j["extra"] = 1;
-        }).starts_with("policy test.json: sandbox.extra is not a known field"));
+  CHECK(with([](auto& j) { j["extra"] = 1; }).starts_with("policy test.json: sandbox.extra is not a known field"));
   CHECK(with([](auto& j) {
           j["syscalls"]["deny"] = {"ptrace", "no_such_call"};
         }) == "policy test.json: sandbox.syscalls.deny[1] names an unknown syscall 'no_such_call'");
-  CHECK(
-      with([](auto& j) {
-        j["namespaces"] = {"user", "time"};
-      }).starts_with("policy test.json: sandbox.namespaces[1] names an unknown namespace 'time'"));
+  CHECK(with([](auto& j) {
+          j["namespaces"] = {"user", "time"};
+        }).starts_with("policy test.json: sandbox.namespaces[1] names an unknown namespace 'time'"));
   CHECK(with([](auto& j) {
           j["namespaces"] = {"pid", "pid"};
         }) == "policy test.json: sandbox.namespaces[1] repeats 'pid'");
@@ -98,9 +95,8 @@ TEST_CASE("mistakes are errors that name the file and the field") {
         "policy test.json: sandbox.filesystem.execute[0] must be exactly \"${interpreter}\" ('${interpreter}/lib'): it "
         "stands for whole files");
   CHECK(with([](auto& j) { j["filesystem"]["execute"] = {"${interpreter}"}; }) == "no error");
-  CHECK(
-      with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
-      "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
+  CHECK(with([](auto& j) { j["filesystem"]["read"] = {"${workspace}/../etc"}; }) ==
+        "policy test.json: sandbox.filesystem.read[0] must not contain '..' ('${workspace}/../etc')");
   // Opened in the supervisor, /proc/self would name the supervisor's own /proc entry.
   CHECK(with([](auto& j) {
           j["filesystem"]["read"] = {"/usr", "/proc/self/fd"};
@@ -134,33 +130,35 @@ TEST_CASE("sandbox.syscalls: groups, allow and deny are checked, each mistake na
   CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"base", "watch"}; }) == "no error");
   CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"inotify_init1"}; }) == "no error");
   CHECK(with([](auto& j) { j.erase("syscalls"); }) == "policy test.json: sandbox.syscalls is missing");
-  CHECK(with([](auto& j) { j["syscalls"].erase("groups"); }) ==
-        "policy test.json: sandbox.syscalls.groups is missing");
+  CHECK(with([](auto& j) { j["syscalls"].erase("groups"); }) == "policy test.json: sandbox.syscalls.groups is missing");
   CHECK(with([](auto& j) {
           j["syscalls"]["groups"] = {"base", "sockets"};
-        }) == "policy test.json: sandbox.syscalls.groups[1] names an unknown syscall group 'sockets' "
-              "(expected one of: base, process, filesystem_write, network, ipc, watch)");
-  CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"base", "base"}; }) ==
-        "policy test.json: sandbox.syscalls.groups[1] repeats 'base'");
+        }) ==
+        "policy test.json: sandbox.syscalls.groups[1] names an unknown syscall group 'sockets' "
+        "(expected one of: base, process, filesystem_write, network, ipc, watch)");
+  CHECK(with([](auto& j) {
+          j["syscalls"]["groups"] = {"base", "base"};
+        }) == "policy test.json: sandbox.syscalls.groups[1] repeats 'base'");
   CHECK(with([](auto& j) { j["syscalls"]["groups"] = {"process"}; }) ==
         "policy test.json: sandbox.syscalls.groups must list \"base\" (execve and what every "
         "process needs to start at all)");
-  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"inotify_init1", "inotify_watch"}; }) ==
-        "policy test.json: sandbox.syscalls.allow[1] names an unknown syscall 'inotify_watch'");
+  CHECK(with([](auto& j) {
+          j["syscalls"]["allow"] = {"inotify_init1", "inotify_watch"};
+        }) == "policy test.json: sandbox.syscalls.allow[1] names an unknown syscall 'inotify_watch'");
   CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"ptrace"}; }) ==
         "policy test.json: sandbox.syscalls.allow[0] names 'ptrace', which every preset refuses; it "
         "cannot be allowed");
-  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"clone3"}; }).starts_with(
-      "policy test.json: sandbox.syscalls.allow[0] names 'clone3', whose flags the filter cannot "
-      "inspect"));
+  CHECK(with([](auto& j) { j["syscalls"]["allow"] = {"clone3"}; })
+            .starts_with("policy test.json: sandbox.syscalls.allow[0] names 'clone3', whose flags the filter cannot "
+                         "inspect"));
   CHECK(with([](auto& j) {
           j["syscalls"]["allow"] = {"mbind"};
           j["syscalls"]["deny"] = {"mbind"};
-        }) == "policy test.json: sandbox.syscalls.allow[0] names 'mbind', which "
-              "sandbox.syscalls.deny also lists");
-  CHECK(with([](auto& j) {
-          j["syscalls"]["groups"] = "base";
-        }) == "policy test.json: sandbox.syscalls.groups must be an array of strings");
+        }) ==
+        "policy test.json: sandbox.syscalls.allow[0] names 'mbind', which "
+        "sandbox.syscalls.deny also lists");
+  CHECK(with([](auto& j) { j["syscalls"]["groups"] = "base"; }) ==
+        "policy test.json: sandbox.syscalls.groups must be an array of strings");
   CHECK(with([](auto& j) {
           j["syscalls"]["extra"] = {"x"};
         }).starts_with("policy test.json: sandbox.syscalls.extra is not a known field"));

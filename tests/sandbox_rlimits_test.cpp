@@ -22,9 +22,7 @@
 namespace fs = std::filesystem;
 using namespace sandbox_test;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("a fork bomb is held by the process cap, also as root") {
   TempDir ws;
@@ -32,8 +30,7 @@ TEST_CASE("a fork bomb is held by the process cap, also as root") {
   policy.syscall_groups.push_back("process");  // explore itself refuses fork (EPERM)
   policy.rlimits.processes = 16;
   CHECK(exit_code(run_plain({"forkbomb", "64"}).status) == 0);
-  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"forkbomb", "64"})).status) ==
-        EAGAIN);
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"forkbomb", "64"})).status) == EAGAIN);
 }
 
 TEST_CASE("a memory bomb is held by the address-space limit") {
@@ -41,8 +38,9 @@ TEST_CASE("a memory bomb is held by the address-space limit") {
   auto policy = explore_policy();
   policy.rlimits.address_space_mb = 256;
 #ifdef SUBAGENT_SANITIZER_BUILD
-  MESSAGE("skipped in a sanitizer build: its shadow memory needs terabytes of address space, so "
-          "sandbox/launch.cpp sets no RLIMIT_AS there; checking that the layer says so instead");
+  MESSAGE(
+      "skipped in a sanitizer build: its shadow memory needs terabytes of address space, so "
+      "sandbox/launch.cpp sets no RLIMIT_AS there; checking that the layer says so instead");
   auto plan = sandbox::prepare(policy, request_for(ws.path, {"true"}));
   bool said = false;
   for (const auto& layer : sandbox::layers(*plan))
@@ -51,8 +49,7 @@ TEST_CASE("a memory bomb is held by the address-space limit") {
   return;
 #endif
   CHECK(exit_code(run_plain({"membomb", "512"}).status) == 0);
-  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"membomb", "512"})).status) ==
-        ENOMEM);
+  CHECK(exit_code(run_sandboxed(policy, request_for(ws.path, {"membomb", "512"})).status) == ENOMEM);
 }
 
 TEST_CASE("a CPU spin is killed at the CPU limit") {
@@ -75,8 +72,7 @@ TEST_CASE("a file cannot grow past the file-size limit") {
   policy.rlimits.file_size_mb = 0;
   CHECK(exit_code(run_plain({"write", (ws.path / "plain.txt").string()}).status) == 0);
   // SIGXFSZ, or EFBIG from write() when the target is PID 1 (which ignores SIGXFSZ).
-  int rc = exit_code(
-      run_sandboxed(policy, request_for(ws.path, {"write", (ws.path / "x").string()})).status);
+  int rc = exit_code(run_sandboxed(policy, request_for(ws.path, {"write", (ws.path / "x").string()})).status);
   CHECK((rc == -SIGXFSZ || rc == EFBIG));
 }
 
@@ -84,8 +80,8 @@ TEST_CASE("the process cap layer says how it is enforced") {
   TempDir ws;
   auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
   auto layers = sandbox::layers(*plan);
-  auto cap = std::find_if(layers.begin(), layers.end(),
-                          [](const sandbox::LayerStatus& l) { return l.name == "process_cap"; });
+  auto cap =
+      std::find_if(layers.begin(), layers.end(), [](const sandbox::LayerStatus& l) { return l.name == "process_cap"; });
   REQUIRE(cap != layers.end());
   INFO(cap->detail);
   CHECK(cap->applied);

@@ -24,8 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::array<std::string, 5> kPresets = {"explore", "reviewer", "worker", "implementation",
-                                             "research"};
+const std::array<std::string, 5> kPresets = {"explore", "reviewer", "worker", "implementation", "research"};
 bool writer(const std::string& preset) { return preset == "worker" || preset == "implementation"; }
 
 const std::string kCli = test::bin("subagent-supervisor").string();
@@ -91,8 +90,7 @@ class PoliciesWithReadRoot {
       std::string text = test::slurp(e.path());
       const std::string from = "\"read\": [\"${workspace}\",";
       const auto pos = text.find(from);
-      if (pos != std::string::npos)
-        text.replace(pos, from.size(), from + " \"" + extra.string() + "\",");
+      if (pos != std::string::npos) text.replace(pos, from.size(), from + " \"" + extra.string() + "\",");
       std::ofstream(dir_.path() / e.path().filename()) << text;
     }
   }
@@ -131,11 +129,9 @@ std::string fresh_file(const test::TempDir& dir, const std::string& name) {
 
 // The metadata changes a hostile child tries (probe action, extra argument).
 const std::vector<std::pair<std::string, std::string>> kChanges = {
-    {"chmod", "4755"}, {"chown_self", ""}, {"utimensat", ""},
-    {"setxattr", ""},  {"truncate", ""},   {"rename", ""}};
+    {"chmod", "4755"}, {"chown_self", ""}, {"utimensat", ""}, {"setxattr", ""}, {"truncate", ""}, {"rename", ""}};
 
-std::vector<std::string> change(const std::pair<std::string, std::string>& c,
-                                const std::string& path) {
+std::vector<std::string> change(const std::pair<std::string, std::string>& c, const std::string& path) {
   return {c.first, path, c.first == "rename" ? path + ".moved" : c.second};
 }
 
@@ -238,8 +234,9 @@ TEST_CASE("inside the workspace the same changes work for writer presets only") 
 
 TEST_CASE("files a writer creates belong to the workspace's owner") {
   if (!root()) {
-    MESSAGE("not root: the child keeps the supervisor's uid (see the identity layer); this case "
-            "needs root to give the workspace another owner");
+    MESSAGE(
+        "not root: the child keeps the supervisor's uid (see the identity layer); this case "
+        "needs root to give the workspace another owner");
     return;
   }
   test::TempDir ws;
@@ -269,8 +266,7 @@ TEST_CASE("files a writer creates belong to the workspace's owner") {
   }
   // A read-only preset reads the 0700 workspace through the id-mapped read-only mount; any other
   // unprivileged id cannot (the twin).
-  auto other = test::run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          kProbe, "read", own});
+  auto other = test::run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kProbe, "read", own});
   CHECK(other.code == EACCES);
   for (const std::string preset : {"explore", "reviewer", "research"}) {
     INFO(preset);
@@ -291,8 +287,7 @@ struct Running {
 
 Running start_named(const std::string& preset, const fs::path& ws, const std::string& name) {
   std::vector<std::string> argv;
-  if (!preset.empty())
-    argv = {kCli, "sandbox", "--preset", preset, "--workspace", ws.string(), "--"};
+  if (!preset.empty()) argv = {kCli, "sandbox", "--preset", preset, "--workspace", ws.string(), "--"};
   argv.insert(argv.end(), {kProbe, "named_sleep", name, "30"});
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
@@ -350,8 +345,8 @@ TEST_CASE("a root supervisor's child runs under its own unprivileged host id") {
     Running r = start_named("worker", ws.path(), "idw" + tag);
     CHECK(r.uid_line == "Uid:\t" + all_four(::getuid()));  // identity map: see the layer
     stop(r);
-    auto v = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", ws.path().string(),
-                        "--verbose", "--", kProbe, "true"});
+    auto v = test::run(
+        {kCli, "sandbox", "--preset", "worker", "--workspace", ws.path().string(), "--verbose", "--", kProbe, "true"});
     CHECK(v.err.find("the supervisor is not root") != std::string::npos);
     MESSAGE("not root: the child keeps the supervisor's uid, and the identity layer says why");
     return;
@@ -410,8 +405,8 @@ TEST_CASE("/proc in every preset is the child's own, read-only; unsandboxed it i
   CHECK(host.out.find("write=ok") != std::string::npos);
   for (const auto& preset : kPresets) {
     INFO(preset);
-    auto r = run_piped({kCli, "sandbox", "--preset", preset, "--workspace", ws.path().string(),
-                        "--", "/usr/bin/python3", "-c", kProcLook});
+    auto r = run_piped({kCli, "sandbox", "--preset", preset, "--workspace", ws.path().string(), "--",
+                        "/usr/bin/python3", "-c", kProcLook});
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("exe=/usr/bin/python3") != std::string::npos);
@@ -420,8 +415,8 @@ TEST_CASE("/proc in every preset is the child's own, read-only; unsandboxed it i
     CHECK(r.out.find("write=" + std::to_string(EROFS)) != std::string::npos);
   }
   // As PID 1 (no init) the command is all there is.
-  auto alone = run_piped({kCli, "sandbox", "--preset", "explore", "--workspace", ws.path().string(), "--as-pid-1",
-                          "--", "/usr/bin/python3", "-c", kProcLook});
+  auto alone = run_piped({kCli, "sandbox", "--preset", "explore", "--workspace", ws.path().string(), "--as-pid-1", "--",
+                          "/usr/bin/python3", "-c", kProcLook});
   CHECK(alone.out.find("pids=1\nself=1\n") != std::string::npos);
 }
 
@@ -431,8 +426,8 @@ TEST_CASE("legitimate work in the new root: a Python test run in worker, git in 
            "import unittest\n\nclass Sample(unittest.TestCase):\n"
            "    def test_sum(self):\n        self.assertEqual(1 + 1, 2)\n\n"
            "if __name__ == '__main__':\n    unittest.main()\n");
-  auto py = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", ws.path().string(),
-                       "--", "/usr/bin/python3", "-m", "unittest", "-v"});
+  auto py = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", ws.path().string(), "--",
+                       "/usr/bin/python3", "-m", "unittest", "-v"});
   INFO("python: " << py.out << py.err);
   CHECK(py.code == 0);
   CHECK(py.err.find("Ran 1 test") != std::string::npos);
@@ -440,24 +435,23 @@ TEST_CASE("legitimate work in the new root: a Python test run in worker, git in 
   ws.write("test_broken.py",
            "import unittest\n\nclass Broken(unittest.TestCase):\n"
            "    def test_wrong(self):\n        self.assertEqual(1 + 1, 3)\n");
-  auto broken = test::run({kCli, "sandbox", "--preset", "worker", "--workspace",
-                           ws.path().string(), "--", "/usr/bin/python3", "-m", "unittest"});
+  auto broken = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", ws.path().string(), "--",
+                           "/usr/bin/python3", "-m", "unittest"});
   CHECK(broken.code != 0);
   fs::remove(ws.path() / "test_broken.py");
 
   const std::string git = "/usr/bin/git";
   auto in_ws = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), {git, "-C", ws.path().string(), "-c", "user.name=t", "-c",
-                               "user.email=t@example.invalid"});
+    args.insert(args.begin(),
+                {git, "-C", ws.path().string(), "-c", "user.name=t", "-c", "user.email=t@example.invalid"});
     return test::run(args);
   };
   REQUIRE(in_ws({"init", "-q"}).code == 0);
   REQUIRE(in_ws({"add", "-A"}).code == 0);
   REQUIRE(in_ws({"commit", "-q", "-m", "first commit in the sandbox test"}).code == 0);
-  for (const auto& view : std::vector<std::vector<std::string>>{{"status", "--porcelain"},
-                                                                {"log", "--oneline"}}) {
-    std::vector<std::string> argv = {kCli, "sandbox", "--preset", "reviewer", "--workspace",
-                                     ws.path().string(), "--", git};
+  for (const auto& view : std::vector<std::vector<std::string>>{{"status", "--porcelain"}, {"log", "--oneline"}}) {
+    std::vector<std::string> argv = {kCli,          "sandbox",          "--preset", "reviewer",
+                                     "--workspace", ws.path().string(), "--",       git};
     argv.insert(argv.end(), view.begin(), view.end());
     auto r = run_piped(argv);
     INFO("git " << view[0] << ": " << r.out);

@@ -91,12 +91,12 @@ TEST_CASE("each always-denied syscall and argument filter, and the same action w
   };
   // Without the sandbox these need privilege (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF; TIOCSTI
   // on another terminal needs CAP_SYS_ADMIN since Linux 6.2): as a user only the sandboxed half runs.
-  const std::vector<std::string> twin_needs_root = {"unshare", "mount", "clone_newnet", "bpf",
-                                                    "tiocsti", "tiocsti_high"};
+  const std::vector<std::string> twin_needs_root = {"unshare", "mount",   "clone_newnet",
+                                                    "bpf",     "tiocsti", "tiocsti_high"};
   for (const Case& c : cases) {
     INFO("action: " << std::string(c.action));
-    if (::geteuid() != 0 && std::find(twin_needs_root.begin(), twin_needs_root.end(),
-                                      std::string(c.action)) != twin_needs_root.end())
+    if (::geteuid() != 0 &&
+        std::find(twin_needs_root.begin(), twin_needs_root.end(), std::string(c.action)) != twin_needs_root.end())
       MESSAGE("not root: the unsandboxed twin of " << std::string(c.action) << " needs root");
     else
       CHECK(plain({c.action}) == c.plain);
@@ -112,8 +112,8 @@ TEST_CASE("explore as shipped: what its groups leave out is refused with EPERM, 
   const std::string file = (ws.path / "file").string();
   const std::string dir = (ws.path / "dir").string();
   const Case cases[] = {
-      {"fork", EPERM, 0},           // group process
-      {"socket_unix", EPERM, 0},    // group network
+      {"fork", EPERM, 0},         // group process
+      {"socket_unix", EPERM, 0},  // group network
       {"socketpair_unix", EPERM, 0},
       {"inotify_init1", EPERM, 0},  // group watch
       {"thread", 0, 0},             // clone(CLONE_THREAD) is base, after glibc's clone3 fallback
@@ -258,8 +258,7 @@ TEST_CASE("an x32 syscall number kills the process") {
   // Without the sandbox the process survives (ENOSYS when the kernel has no x32 ABI).
   int plain = exit_code(run_plain({"x32"}).status);
   CHECK((plain == 0 || plain == ENOSYS));
-  CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"x32"})).status) ==
-        -SIGSYS);
+  CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"x32"})).status) == -SIGSYS);
 }
 
 TEST_CASE("a policy's extra denials override its groups") {
@@ -296,8 +295,7 @@ TEST_CASE("syscall_table lists every decision of the filter, with its origin") {
   CHECK(find(t2, "clone", "no namespace flag") == "allow / base");
   CHECK(find(t2, "socket", "") == "errno EAFNOSUPPORT / network");
   CHECK(find(t2, "socketpair", "domain != AF_UNIX") == "errno EAFNOSUPPORT / network");
-  CHECK(find(t2, "socketpair", "(type & SOCK_TYPE_MASK) == SOCK_DGRAM") ==
-        "errno EAFNOSUPPORT / network");
+  CHECK(find(t2, "socketpair", "(type & SOCK_TYPE_MASK) == SOCK_DGRAM") == "errno EAFNOSUPPORT / network");
   // network "host" is itself a grant of sockets: the group comes with it, unfiltered.
   auto host = explore_policy();
   host.network = sandbox::Network::host;
@@ -322,8 +320,8 @@ TEST_CASE("the groups: each syscall in one place, every name known to libseccomp
   names.pop_back();
   std::ifstream in(SUBAGENT_SOURCE_DIR "/policies/schema.json");
   auto schema = nlohmann::json::parse(in);
-  CHECK(schema["properties"]["sandbox"]["properties"]["syscalls"]["properties"]["groups"]["items"]
-              ["enum"] == nlohmann::json(names));
+  CHECK(schema["properties"]["sandbox"]["properties"]["syscalls"]["properties"]["groups"]["items"]["enum"] ==
+        nlohmann::json(names));
   // Every shipped preset compiles to a filter the kernel accepts (< BPF_MAXINSNS) and starts.
   TempDir ws;
   for (const auto& name : {"explore", "reviewer", "worker", "implementation", "research"}) {

@@ -21,7 +21,6 @@
 namespace sandbox_test {
 namespace fs = std::filesystem;
 
-
 inline const std::string kProbe = SUBAGENT_TEST_PROGRAM_DIR "/sandbox_probe";
 
 inline sandbox::Policy explore_policy() {

@@ -48,16 +48,14 @@ class Policies {
       if (e.path().extension() != ".json") continue;
       std::string text = test::slurp(e.path());
       if (e.path().filename() == "worker.json") {
-        replace(text, R"("tree_limits": {"memory_mb": 4096, "cpu_percent": 200})",
-                "\"tree_limits\": " + tree_limits);
+        replace(text, R"("tree_limits": {"memory_mb": 4096, "cpu_percent": 200})", "\"tree_limits\": " + tree_limits);
         if (!extra_required.empty())
           replace(text, R"("required": [")", "\"required\": [\"" + extra_required + "\", \"");
       }
       std::ofstream(dir_.path() / e.path().filename()) << text;
     }
-    fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read |
-                                     fs::perms::group_exec | fs::perms::others_read |
-                                     fs::perms::others_exec);
+    fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                     fs::perms::others_read | fs::perms::others_exec);
   }
   std::string path() const { return dir_.path().string(); }
 
@@ -70,11 +68,10 @@ class Policies {
   test::TempDir dir_;
 };
 
-test::RunResult boxed(const Policies& policies, const fs::path& ws,
-                      const std::vector<std::string>& args, const std::string& preset = "worker") {
-  std::vector<std::string> argv = {kCli,          "sandbox",     "--preset",    preset,
-                                   "--policy-dir", policies.path(), "--workspace", ws.string(),
-                                   "--verbose",    "--",          kHostile};
+test::RunResult boxed(const Policies& policies, const fs::path& ws, const std::vector<std::string>& args,
+                      const std::string& preset = "worker") {
+  std::vector<std::string> argv = {kCli,          "sandbox",   "--preset",  preset, "--policy-dir", policies.path(),
+                                   "--workspace", ws.string(), "--verbose", "--",   kHostile};
   argv.insert(argv.end(), args.begin(), args.end());
   return test::run(argv);
 }
@@ -91,10 +88,10 @@ double cpus_of(const test::RunResult& r) {
   return std::atof(r.out.c_str() + pos + 5);
 }
 
-#define CHECK_CODE(r, expected)                          \
-  do {                                                   \
+#define CHECK_CODE(r, expected)                           \
+  do {                                                    \
     INFO("stdout: " << (r).out << "stderr: " << (r).err); \
-    CHECK((r).code == (expected));                       \
+    CHECK((r).code == (expected));                        \
   } while (0)
 
 }  // namespace
@@ -144,8 +141,7 @@ TEST_CASE("a CPU quota bounds the whole tree's CPU use; without it the same spin
   CHECK(limited.err.find("layer cpu_cap: 5% of one CPU over the whole tree") != std::string::npos);
   auto free_box = boxed(none, ws.path(), {"tree_cpu", "2", "2"});
   CHECK_CODE(free_box, kSucceeded);
-  CHECK(free_box.err.find("layer cpu_cap is not applied: the policy sets no CPU quota") !=
-        std::string::npos);
+  CHECK(free_box.err.find("layer cpu_cap is not applied: the policy sets no CPU quota") != std::string::npos);
   auto unsandboxed = direct({"tree_cpu", "2", "2"});
   CHECK_CODE(unsandboxed, kSucceeded);
 
@@ -163,17 +159,15 @@ TEST_CASE("a policy that requires the memory cap is refused where the layer is m
   test::TempDir ws;
   fs::permissions(ws.path(), fs::perms::all);
   Policies required(R"({"memory_mb": 512, "cpu_percent": 100})", "memory_cap");
-  const std::vector<std::string> cmd = {kCli,        "sandbox",        "--preset",
-                                        "worker",    "--policy-dir",   required.path(),
-                                        "--workspace", ws.path().string(), "--",
-                                        "/bin/true"};
+  const std::vector<std::string> cmd = {kCli,           "sandbox",       "--preset",    "worker",
+                                        "--policy-dir", required.path(), "--workspace", ws.path().string(),
+                                        "--",           "/bin/true"};
   if (is_root()) {
     // Twin: as root (this machine mounts cgroup v1 memory) the same policy launches.
     if (layer_available("memory_cap")) CHECK_CODE(test::run(cmd), kSucceeded);
     // A non-root supervisor cannot create a memory cgroup without a delegated one: the kernel
     // refuses the mkdir, the layer is missing, and the required layer refuses the launch.
-    std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                                          "--clear-groups", "--"};
+    std::vector<std::string> as_nobody = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"};
     as_nobody.insert(as_nobody.end(), cmd.begin(), cmd.end());
     auto r = test::run(as_nobody);
     CHECK_CODE(r, kSetupFailed);
@@ -203,8 +197,7 @@ TEST_CASE("tree limits are validated, with errors that name the field") {
                     doctest::Contains("sandbox.tree_limits.memory_mb must be 0 (no cap) or at least 16"));
   CHECK_THROWS_WITH(parse(R"({"memory_mb": -1, "cpu_percent": 50})"),
                     doctest::Contains("sandbox.tree_limits.memory_mb must be a non-negative integer"));
-  CHECK_THROWS_WITH(parse(R"({"memory_mb": 64})"),
-                    doctest::Contains("sandbox.tree_limits.cpu_percent is missing"));
+  CHECK_THROWS_WITH(parse(R"({"memory_mb": 64})"), doctest::Contains("sandbox.tree_limits.cpu_percent is missing"));
   CHECK_THROWS_WITH(parse(R"({"memory_mb": 64, "cpu_percent": 1, "swap_mb": 1})"),
                     doctest::Contains("sandbox.tree_limits.swap_mb is not a known field"));
   CHECK_THROWS_WITH(parse(R"({"memory_mb": 64, "cpu_percent": 200000})"),
@@ -265,8 +258,7 @@ TEST_CASE("the child joins a per-launch cgroup for pids, memory and cpu, removed
     CHECK(tasks.find(std::to_string(child.pid)) != std::string::npos);
     if (fs::exists(dir + "/memory.limit_in_bytes"))
       CHECK(test::slurp(dir + "/memory.limit_in_bytes") == std::to_string(96ULL << 20) + "\n");
-    if (fs::exists(dir + "/cpu.cfs_quota_us"))
-      CHECK(test::slurp(dir + "/cpu.cfs_quota_us") == "30000\n");
+    if (fs::exists(dir + "/cpu.cfs_quota_us")) CHECK(test::slurp(dir + "/cpu.cfs_quota_us") == "30000\n");
     if (fs::exists(dir + "/pids.max"))
       CHECK(test::slurp(dir + "/pids.max") == std::to_string(policy.rlimits.processes) + "\n");
   }

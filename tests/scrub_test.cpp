@@ -10,9 +10,9 @@
 
 #include "test_util.hpp"
 
-using supervisor::ScrubOptions;
-using supervisor::Scrubber;
 using nlohmann::json;
+using supervisor::Scrubber;
+using supervisor::ScrubOptions;
 
 namespace {
 
@@ -25,7 +25,8 @@ struct Planted {
 // Fake credentials shaped like real ones (none of them is valid anywhere).
 const std::vector<Planted>& planted() {
   static const std::vector<Planted> p = {
-      {"openai_key", "sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa", "Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
+      {"openai_key", "sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa",
+       "Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
       {"openai_key", "sk-9fKq2LmN4pRs6TuV8wXy0ZaB1cDe3FgH5iJk7LmN9oPq", "9fKq2LmN4pRs6TuV8wXy0ZaB1cDe3FgH5iJk7LmN9oPq"},
       {"anthropic_key", "sk-ant-api03-Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa-Qq4Ww3AA",
        "Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa"},
@@ -39,12 +40,15 @@ const std::vector<Planted>& planted() {
       {"github_token", "ghr_Qa1Ws2Ed3Rf4Tg5Yh6Uj7Ik8Ol9P0Za1Xs2Dc", "Qa1Ws2Ed3Rf4Tg5Yh6Uj7Ik8Ol9P0Za1Xs2Dc"},
       {"github_token", "github_pat_11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789abcdefGHIJ",
        "11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789abcdefGHIJ"},
-      {"slack_token", "xoxb-2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb", "2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb"},
+      {"slack_token", "xoxb-2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb",
+       "2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb"},
       {"slack_token", "xoxp-1111222233-4444555566-QwE9rTy8UiO7pAs6", "1111222233-4444555566-QwE9rTy8UiO7pAs6"},
       {"aws_access_key_id", "AKIAQX3KZ7LM2NP4RS6T", "QX3KZ7LM2NP4RS6T"},
       {"aws_access_key_id", "ASIAZ9Y8X7W6V5U4T3S2", "Z9Y8X7W6V5U4T3S2"},
-      {"aws_secret_key", "aws_secret_access_key = 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", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4"},
-      {"aws_secret_key", "\"SecretAccessKey\": \"Hq9/Lm3+Tr5Wx7Zc1Vb3Nm5Aq7Sd9Fg1Hj3Kl5Pz\"", "Hq9/Lm3+Tr5Wx7Zc1Vb3Nm5Aq7Sd9Fg1Hj3Kl5Pz"},
+      {"aws_secret_key", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4",
+       "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4"},
+      {"aws_secret_key", "\"SecretAccessKey\": \"Hq9/Lm3+Tr5Wx7Zc1Vb3Nm5Aq7Sd9Fg1Hj3Kl5Pz\"",
+       "Hq9/Lm3+Tr5Wx7Zc1Vb3Nm5Aq7Sd9Fg1Hj3Kl5Pz"},
       {"authorization", "Authorization: Bearer q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj", "q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj"},
       {"authorization", "authorization: Basic dXNlcjpodW50ZXJodW50ZXI=", "dXNlcjpodW50ZXJodW50ZXI="},
       {"api_key", "x-api-key: 7f3e9a1c5b2d8e4f6a0c9b7d5e3f1a2c", "7f3e9a1c5b2d8e4f6a0c9b7d5e3f1a2c"},
@@ -54,7 +58,8 @@ const std::vector<Planted>& planted() {
        "QyNTUxOQAAACBdEaDbEeFfAkEkEyMaTeRiAl0123456789abcdefQ==\n-----END OPENSSH PRIVATE KEY-----",
        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"},
       {"private_key",
-       "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq1w2e3r4t5y6u7i8o9p0aSdFgHjKlZxCvBnM\n-----END RSA PRIVATE KEY-----",
+       "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq1w2e3r4t5y6u7i8o9p0aSdFgHjKlZxCvBnM\n-----END RSA PRIVATE "
+       "KEY-----",
        "MIIEowIBAAKCAQEAq1w2e3r4t5y6u7i8o9p0aSdFgHjKlZxCvBnM"},
   };
   return p;
@@ -117,8 +122,7 @@ TEST_CASE("header labels are kept, only the credential goes") {
 TEST_CASE("several secrets in one string, adjacent and repeated") {
   Scrubber s;
   const std::string a = "sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa", b = "AKIAQX3KZ7LM2NP4RS6T";
-  CHECK(s.scrub(a + " " + b + " " + a) ==
-        "[REDACTED:openai_key] [REDACTED:aws_access_key_id] [REDACTED:openai_key]");
+  CHECK(s.scrub(a + " " + b + " " + a) == "[REDACTED:openai_key] [REDACTED:aws_access_key_id] [REDACTED:openai_key]");
   CHECK(s.scrub(b + "," + b) == "[REDACTED:aws_access_key_id],[REDACTED:aws_access_key_id]");
 }
 
@@ -141,8 +145,8 @@ TEST_CASE("secret-looking environment values are redacted; short and innocent on
   std::string e1 = "MY_SERVICE_TOKEN=plain-looking-value-42", e2 = "SHORT_KEY=1", e3 = "PATH=/usr/local/bin:/usr/bin",
               e4 = "DB_PASSWORD=correct horse battery", e5 = "HOME=/root", e6 = "Vendor_Credentials=Zm9vYmFyYmF6cXV4",
               e7 = "TOKEN_CACHE=disabled", e8 = "SSH_KEY_PATH=/home/me/.ssh/id_ed25519", e9 = "KEY_COUNT=100000000";
-  char* envp[] = {e1.data(), e2.data(), e3.data(), e4.data(), e5.data(), e6.data(),
-                  e7.data(), e8.data(), e9.data(), nullptr};
+  char* envp[] = {e1.data(), e2.data(), e3.data(), e4.data(), e5.data(),
+                  e6.data(), e7.data(), e8.data(), e9.data(), nullptr};
   ScrubOptions o;
   o.envp = envp;
   Scrubber s(o);
@@ -218,8 +222,8 @@ TEST_CASE("operator redact file: one value per line, comments and blank lines sk
   REQUIRE(v.size() == 2);
   CHECK(v[0] == "first-value-123");
   CHECK(v[1] == "second value");
-  CHECK_THROWS_WITH_AS(supervisor::load_redact_file((d.path() / "missing").string()),
-                       doctest::Contains("missing"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(supervisor::load_redact_file((d.path() / "missing").string()), doctest::Contains("missing"),
+                       std::runtime_error);
 }
 
 TEST_CASE("throughput on clean text and on text full of secrets (reported, not asserted)") {
@@ -233,7 +237,8 @@ TEST_CASE("throughput on clean text and on text full of secrets (reported, not a
   CHECK(s.scrub(clean) == clean);
   auto t1 = std::chrono::steady_clock::now();
   std::string dirty;
-  for (int i = 0; i < 2000; ++i) dirty += "line " + std::to_string(i) + " sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5Rt" + std::to_string(i) + "\n";
+  for (int i = 0; i < 2000; ++i)
+    dirty += "line " + std::to_string(i) + " sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5Rt" + std::to_string(i) + "\n";
   std::string out = s.scrub(dirty);
   auto t2 = std::chrono::steady_clock::now();
   CHECK(out.find("Tq3vX9bK2mLr8") == std::string::npos);

@@ -43,8 +43,8 @@ inline fs::path private_program(const TempDir& dir, const std::string& name, con
   fs::path p = dir.path() / (prefix + std::to_string(::getpid() % 1000000));
   fs::copy_file(program(name), p, fs::copy_options::overwrite_existing);
   // Readable and executable by others: under a root supervisor the child runs as an id of its own.
-  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                         fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                         fs::perms::others_exec);
   return p;
 }
 
@@ -84,8 +84,8 @@ inline std::vector<pid_t> pids_named(const std::string& name) {
 inline int open_fds(pid_t pid) {
   int n = 0;
   std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec))
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
     ++n;
   return ec ? -1 : n;
 }
@@ -110,9 +110,9 @@ class Serve {
     Options(std::vector<std::string> a, bool t = false, std::vector<std::string> e = {},
             std::function<std::string()> b = nullptr)
         : args(std::move(a)), transcripts(t), env(std::move(e)), before_exec(std::move(b)) {}
-    std::vector<std::string> args;  // after `serve`
-    bool transcripts = false;       // else --no-transcript
-    std::vector<std::string> env;   // NAME=VALUE added to the supervisor's environment
+    std::vector<std::string> args;             // after `serve`
+    bool transcripts = false;                  // else --no-transcript
+    std::vector<std::string> env;              // NAME=VALUE added to the supervisor's environment
     std::function<std::string()> before_exec;  // runs in the forked child; a non-empty result aborts
   };
 
@@ -120,8 +120,9 @@ class Serve {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);  // the supervisor must not hold its own stdin open
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    std::vector<std::string> argv = {bin("subagent-supervisor").string(), "serve", "--state-dir", state.path().string(),
-                                     "--lock-dir", (state.path() / "locks").string()};
+    std::vector<std::string> argv = {
+        bin("subagent-supervisor").string(), "serve", "--state-dir", state.path().string(), "--lock-dir",
+        (state.path() / "locks").string()};
     if (o.transcripts) {
       argv.push_back("--transcript-dir");
       argv.push_back(transcript_dir().string());
@@ -272,8 +273,10 @@ class Serve {
       }
       if (std::chrono::steady_clock::now() >= end) return -1;
       // Keep reading so a full stdout pipe never blocks its exit.
-      if (from_ >= 0 && !eof_) next([](const json&) { return false; }, std::chrono::milliseconds(20));
-      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (from_ >= 0 && !eof_)
+        next([](const json&) { return false; }, std::chrono::milliseconds(20));
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
   std::size_t logs() const { return logs_; }

@@ -26,7 +26,10 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
   s.send({{"type", "spawn"}, {"id", 0}, {"preset", "explore"}, {"brief", "x"}});
   CHECK(s.reply(0)["message"].get<std::string>().find("send hello first") != std::string::npos);
 
-  s.send({{"type", "hello"}, {"id", 1}, {"protocol", 1}, {"parent", "test-parent"},
+  s.send({{"type", "hello"},
+          {"id", 1},
+          {"protocol", 1},
+          {"parent", "test-parent"},
           {"scope", {{"presets", {"explore", "worker"}}, {"budgets", {{"max_steps", 50}}}}}});
   json hello = s.reply(1);
   REQUIRE(hello["type"] == "hello");
@@ -41,13 +44,15 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
   CHECK(result["envelope"]["summary"] == "quick");
   CHECK(result["envelope"]["description"] == "sync one");
 
-  const std::string slow = test::replay(scripts, "slow",
-                                  R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":1000,"repeat":"forever"})");
+  const std::string slow = test::replay(
+      scripts, "slow",
+      R"({"content":"working","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":1000,"repeat":"forever"})");
   s.send({{"type", "spawn"}, {"id", 3}, {"preset", "explore"}, {"brief", "bg"}, {"background", true}, {"model", slow}});
   json spawned = s.reply(3);
   REQUIRE(spawned["type"] == "spawned");
   std::string bg = spawned["child_id"];
-  s.send({{"type", "spawn"}, {"id", 4}, {"preset", "explore"}, {"brief", "bg2"}, {"background", true}, {"model", slow}});
+  s.send(
+      {{"type", "spawn"}, {"id", 4}, {"preset", "explore"}, {"brief", "bg2"}, {"background", true}, {"model", slow}});
   std::string bg2 = s.reply(4)["child_id"];
 
   s.send({{"type", "list"}, {"id", 5}});
@@ -98,10 +103,11 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
 TEST_CASE("serve: approvals go to the parent labelled with the child, and its answer decides") {
   test::TempDir ws, scripts;
   ws.write("a.txt", "hello\n");
-  const std::string ask = test::replay(scripts, "ask",
-                                 R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
-                                 "\n"
-                                 R"({"content":"done"})");
+  const std::string ask =
+      test::replay(scripts, "ask",
+                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
+                   "\n"
+                   R"({"content":"done"})");
   Serve s({"--workspace", ws.path().string(), "--model", ask});
   s.send({{"type", "hello"}, {"id", 1}, {"approvals", true}});
   REQUIRE(s.reply(1)["capabilities"]["approvals"] == true);
@@ -121,10 +127,11 @@ TEST_CASE("serve: approvals go to the parent labelled with the child, and its an
 
 TEST_CASE("serve: without an approver, an ask is denied at once") {
   test::TempDir ws, scripts;
-  const std::string ask = test::replay(scripts, "ask",
-                                 R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
-                                 "\n"
-                                 R"({"content":"done"})");
+  const std::string ask =
+      test::replay(scripts, "ask",
+                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
+                   "\n"
+                   R"({"content":"done"})");
   Serve s({"--workspace", ws.path().string(), "--model", ask, "--approval-timeout", "60s"});
   s.send({{"type", "hello"}, {"id", 1}});
   s.reply(1);
@@ -157,8 +164,8 @@ TEST_CASE("serve --drain runs the example session from a file; without --drain e
       if (l.value("type", "") == type && (id.is_null() || l.value("id", json()) == id)) return l;
     return json();
   };
-  auto r = test::run({sup, "serve", "--drain", "--model", "replay:examples/explore-demo.jsonl", "--no-transcript"},
-                     session);
+  auto r =
+      test::run({sup, "serve", "--drain", "--model", "replay:examples/explore-demo.jsonl", "--no-transcript"}, session);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   auto lines = parse_lines(r.out);

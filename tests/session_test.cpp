@@ -26,8 +26,8 @@ struct Outcome {
   std::vector<std::string> logs;
 
   std::size_t count(const std::string& event) const {
-    return static_cast<std::size_t>(std::count_if(events.begin(), events.end(),
-                                                  [&](const json& e) { return e["event"] == event; }));
+    return static_cast<std::size_t>(
+        std::count_if(events.begin(), events.end(), [&](const json& e) { return e["event"] == event; }));
   }
 };
 
@@ -118,7 +118,8 @@ TEST_CASE("a replayed explore child completes and its tools really run") {
       CHECK(e["bytes"].get<int>() > 0);
     }
   CHECK(o.env.usage.input_tokens > 0);  // estimated: the script gives no usage
-  CHECK(std::find(o.env.sandbox_applied.begin(), o.env.sandbox_applied.end(), "seccomp") != o.env.sandbox_applied.end());
+  CHECK(std::find(o.env.sandbox_applied.begin(), o.env.sandbox_applied.end(), "seccomp") !=
+        o.env.sandbox_applied.end());
 }
 
 TEST_CASE("a tool the preset denies reaches the model as a denial naming the rule") {
@@ -200,10 +201,11 @@ TEST_CASE("token budget: a call whose input alone cannot fit is never started") 
 
 TEST_CASE("cut turn: finish_reason length is budget_exhausted; the wrap-up turn answers") {
   Spec s;
-  s.replay = R"({"content":"Searching.","tool_calls":[{"name":"grep","arguments":{"pattern":"x"}}],"finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50}})"
-             "\n"
-             R"({"content":"## Summary\nDone after the cut.","usage":{"input_tokens":120,"output_tokens":20}})"
-             "\n";
+  s.replay =
+      R"({"content":"Searching.","tool_calls":[{"name":"grep","arguments":{"pattern":"x"}}],"finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50}})"
+      "\n"
+      R"({"content":"## Summary\nDone after the cut.","usage":{"input_tokens":120,"output_tokens":20}})"
+      "\n";
   auto o = run(s);
   CHECK(o.env.status == Status::budget_exhausted);
   CHECK(o.env.budget == "tokens");
@@ -216,15 +218,17 @@ TEST_CASE("cut turn: finish_reason length is budget_exhausted; the wrap-up turn 
 
 TEST_CASE("cut turn: every turn cut gives the fragment, marked partial, never completed") {
   Spec s;
-  s.replay = R"({"content":"Searching.","finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
-             "\n";
+  s.replay =
+      R"({"content":"Searching.","finish_reason":"length","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
+      "\n";
   auto o = run(s);
   CHECK(o.env.status == Status::budget_exhausted);
   CHECK(o.env.answer_partial);
   CHECK(o.env.answer.text.find("Searching.") != std::string::npos);
   // Twin: the same script without the cut is a completed answer.
-  s.replay = R"({"content":"Searching.","finish_reason":"stop","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
-             "\n";
+  s.replay =
+      R"({"content":"Searching.","finish_reason":"stop","usage":{"input_tokens":100,"output_tokens":50},"repeat":"forever"})"
+      "\n";
   o = run(s);
   CHECK(o.env.status == Status::completed);
   CHECK_FALSE(o.env.answer_partial);
@@ -332,11 +336,10 @@ TEST_CASE("protocol errors end only that child, with a reason naming the problem
 
 TEST_CASE("model_request events carry each message the model was sent once, in order, and tool results") {
   Spec s;
-  s.replay =
-      R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
-      "\n"
-      R"({"content":"## Summary\nFound it."})"
-      "\n";
+  s.replay = R"({"content":"grep","tool_calls":[{"name":"grep","arguments":{"pattern":"hello"}}]})"
+             "\n"
+             R"({"content":"## Summary\nFound it."})"
+             "\n";
   auto o = run(s);
   REQUIRE(o.env.status == Status::completed);
   std::vector<json> requests, responses;
@@ -358,7 +361,8 @@ TEST_CASE("model_request events carry each message the model was sent once, in o
   CHECK(requests[1]["new_messages"][0]["role"] == "assistant");
   CHECK(requests[1]["new_messages"][0]["tool_calls"][0]["name"] == "grep");
   CHECK(requests[1]["new_messages"][1]["role"] == "tool");
-  CHECK(requests[1]["new_messages"][1]["content"].get<std::string>().find("README.md:2: hello world") != std::string::npos);
+  CHECK(requests[1]["new_messages"][1]["content"].get<std::string>().find("README.md:2: hello world") !=
+        std::string::npos);
   CHECK(responses[1]["content"].get<std::string>().find("Found it.") != std::string::npos);
 }
 
@@ -440,8 +444,9 @@ TEST_CASE("stderr lines reach the log prefixed with the child id") {
 
 TEST_CASE("cancel kills the child and yields a cancelled envelope") {
   Spec s;
-  s.replay = R"({"content":"slow","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":5000,"repeat":"forever"})"
-             "\n";
+  s.replay =
+      R"({"content":"slow","tool_calls":[{"name":"list_dir","arguments":{}}],"delay_ms":5000,"repeat":"forever"})"
+      "\n";
   s.cancel_after = std::chrono::milliseconds(300);
   auto o = run(s);
   CHECK(o.env.status == Status::cancelled);

@@ -9,7 +9,6 @@
 
 using nlohmann::json;
 
-
 TEST_CASE("soak, shortened: 60 children, 8 at a time, random faults and cancels, nothing leaks") {
   test::TempDir work;
   auto r = test::run({test::program("soak_driver").string(), "--supervisor", test::bin("subagent-supervisor").string(),

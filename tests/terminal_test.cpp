@@ -15,9 +15,21 @@ using supervisor::escape_for_terminal;
 namespace {
 
 std::vector<std::string> attack_run(const std::string& script) {
-  return {test::bin("subagent-supervisor").string(), "run", "--preset", "explore", "--workspace",
-          SUBAGENT_SOURCE_DIR, "--brief", "look around", "--model", "replay:" + script, "--quiet",
-          "--no-transcript", "--child", test::program("fake_child").string(), "--child-arg",
+  return {test::bin("subagent-supervisor").string(),
+          "run",
+          "--preset",
+          "explore",
+          "--workspace",
+          SUBAGENT_SOURCE_DIR,
+          "--brief",
+          "look around",
+          "--model",
+          "replay:" + script,
+          "--quiet",
+          "--no-transcript",
+          "--child",
+          test::program("fake_child").string(),
+          "--child-arg",
           "terminal_attack"};
 }
 
@@ -32,8 +44,13 @@ TEST_CASE("escape_for_terminal: controls, C1, bidi overrides and bad UTF-8 becom
   CHECK(escape_for_terminal("a\rb\nc", false) == "a\\u000db\\u000ac");
   CHECK(escape_for_terminal("a\rb\nc", true) == "a\\u000db\nc");
   CHECK(escape_for_terminal("bell\x07 del\x7f", false) == "bell\\u0007 del\\u007f");
-  CHECK(escape_for_terminal("csi \xc2\x9b" "31m", false) == "csi \\u009b31m");
-  CHECK(escape_for_terminal("rtl \xe2\x80\xae" "x \xe2\x81\xa6" "y", false) == "rtl \\u202ex \\u2066y");
+  CHECK(escape_for_terminal("csi \xc2\x9b"
+                            "31m",
+                            false) == "csi \\u009b31m");
+  CHECK(escape_for_terminal("rtl \xe2\x80\xae"
+                            "x \xe2\x81\xa6"
+                            "y",
+                            false) == "rtl \\u202ex \\u2066y");
   CHECK(escape_for_terminal("bad \xff \xc0\xaf \xed\xa0\x80 end", false) ==
         "bad \\xff \\xc0\\xaf \\xed\\xa0\\x80 end");  // not UTF-8, overlong, a surrogate
   CHECK(escape_for_terminal(std::string("nul\0x", 5), false) == "nul\\u0000x");
@@ -45,7 +62,8 @@ TEST_CASE("escape_for_terminal: controls, C1, bidi overrides and bad UTF-8 becom
 
 TEST_CASE("run on a terminal: the child's escape sequences and forged lines arrive escaped") {
   test::TempDir d;
-  const std::string script = d.write("s.jsonl", R"({"content":"unused"})" "\n");
+  const std::string script = d.write("s.jsonl", R"({"content":"unused"})"
+                                                "\n");
   auto r = test::run_on_terminal(attack_run(script));
   INFO(r.out);
   CHECK(r.code == 0);
@@ -61,18 +79,23 @@ TEST_CASE("run on a terminal: the child's escape sequences and forged lines arri
   const auto start = r.out.find("{\n");
   REQUIRE(start != std::string::npos);
   json env = json::parse(r.out.substr(start));
-  CHECK(env["summary"] == "done \x1b[31mred\x1b[0m \xc2\x9b" "2J");
+  CHECK(env["summary"] ==
+        "done \x1b[31mred\x1b[0m \xc2\x9b"
+        "2J");
   CHECK(env["answer"] == "answer \x1b]52;c;ZXZpbA==\x07");
 }
 
 TEST_CASE("twin: the same run into a pipe passes the envelope's bytes as they are") {
   test::TempDir d;
-  const std::string script = d.write("s.jsonl", R"({"content":"unused"})" "\n");
+  const std::string script = d.write("s.jsonl", R"({"content":"unused"})"
+                                                "\n");
   auto r = test::run(attack_run(script));
   CHECK(r.code == 0);
   // stdout is no terminal: the envelope is the JSON as dumped, with the C1 character raw.
   CHECK(has(r.out, "\xc2\x9b"));
-  CHECK(json::parse(r.out)["summary"] == "done \x1b[31mred\x1b[0m \xc2\x9b" "2J");
+  CHECK(json::parse(r.out)["summary"] ==
+        "done \x1b[31mred\x1b[0m \xc2\x9b"
+        "2J");
   // The child's stderr lines are escaped wherever they go (a harness shows stderr to a person),
   // and the child did send the sequences.
   CHECK(has(r.err, "[subagent:"));
@@ -82,15 +105,19 @@ TEST_CASE("twin: the same run into a pipe passes the envelope's bytes as they ar
 
 TEST_CASE("audit --conversation on a terminal shows the child's text escaped; into a pipe as it was") {
   test::TempDir d;
-  const std::string script = d.write("s.jsonl", R"({"content":"unused"})" "\n");
+  const std::string script = d.write("s.jsonl", R"({"content":"unused"})"
+                                                "\n");
   auto args = attack_run(script);
   args.erase(std::find(args.begin(), args.end(), "--no-transcript"));
   args.insert(args.end(), {"--transcript-dir", (d.path() / "t").string()});
   auto r = test::run(args);
   REQUIRE(r.code == 0);
   const std::string id = json::parse(r.out)["id"];
-  const std::vector<std::string> audit = {test::bin("subagent-supervisor").string(), "audit",
-                                          "--conversation", id, "--transcript-dir",
+  const std::vector<std::string> audit = {test::bin("subagent-supervisor").string(),
+                                          "audit",
+                                          "--conversation",
+                                          id,
+                                          "--transcript-dir",
                                           (d.path() / "t").string()};
   auto piped = test::run(audit);
   REQUIRE(piped.code == 0);

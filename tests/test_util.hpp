@@ -59,8 +59,8 @@ inline fs::path private_child(const TempDir& dir) {
   fs::path p = dir.path() / ("sc" + std::to_string(::getpid()));
   fs::copy_file(bin("subagent-child"), p, fs::copy_options::overwrite_existing);
   // Readable and executable by others: under a root supervisor the child runs as an id of its own.
-  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                         fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(p, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                         fs::perms::others_exec);
   return p;
 }
 

@@ -102,10 +102,14 @@ TEST_CASE("rfc3339 timestamps and the default directories") {
   ::setenv("XDG_STATE_HOME", "relative/ignored", 1);
   ::setenv("HOME", "/home/someone", 1);
   CHECK(default_transcript_dir() == fs::path("/home/someone/.local/state/subagent-supervisor/transcripts"));
-  if (xdg.empty()) ::unsetenv("XDG_STATE_HOME");
-  else ::setenv("XDG_STATE_HOME", xdg.c_str(), 1);
-  if (home.empty()) ::unsetenv("HOME");
-  else ::setenv("HOME", home.c_str(), 1);
+  if (xdg.empty())
+    ::unsetenv("XDG_STATE_HOME");
+  else
+    ::setenv("XDG_STATE_HOME", xdg.c_str(), 1);
+  if (home.empty())
+    ::unsetenv("HOME");
+  else
+    ::setenv("HOME", home.c_str(), 1);
 }
 
 TEST_CASE("a transcript holds the header, every event in order, and the envelope; modes 0700 and 0600") {
@@ -124,12 +128,21 @@ TEST_CASE("a transcript holds the header, every event in order, and the envelope
   CHECK(running["status"] == "running");
   CHECK(running["format"] == "subagent-transcript/1");
 
-  t->record({{"event", "spawn"}, {"child", "a1b2c3"}, {"preset", "explore"}, {"policy_digest", "sha256:abc"},
+  t->record({{"event", "spawn"},
+             {"child", "a1b2c3"},
+             {"preset", "explore"},
+             {"policy_digest", "sha256:abc"},
              {"model", "replay:x.jsonl"}});
-  t->record({{"event", "started"}, {"pid", 42}, {"sandbox", {{"applied", {"seccomp", "landlock"}}, {"missing", json::array()}}}});
+  t->record({{"event", "started"},
+             {"pid", 42},
+             {"sandbox", {{"applied", {"seccomp", "landlock"}}, {"missing", json::array()}}}});
   t->record({{"event", "model_request"}, {"id", "m1"}, {"step", 1}});
   t->record({{"event", "model_response"}, {"id", "m1"}, {"usage", {{"input_tokens", 10}, {"output_tokens", 5}}}});
-  t->record({{"event", "tool_decision"}, {"id", "t1"}, {"tool", "grep"}, {"args", {{"pattern", "x"}}}, {"decision", "allow"}});
+  t->record({{"event", "tool_decision"},
+             {"id", "t1"},
+             {"tool", "grep"},
+             {"args", {{"pattern", "x"}}},
+             {"decision", "allow"}});
   t->record({{"event", "tool_done"}, {"id", "t1"}, {"tool", "grep"}, {"ok", true}, {"bytes", 12}});
   t->record({{"event", "exit"}, {"code", 0}});
   json env = {{"id", "a1b2c3"}, {"status", "completed"}, {"transcript", nullptr}};
@@ -195,7 +208,8 @@ TEST_CASE("long strings are cut after scrubbing, and events beyond the cap are c
   auto t = store.open(header("cut"), err);
   REQUIRE(t);
   // The secret sits across the cut: scrubbing first means no half of it survives.
-  std::string big = std::string(80, 'a') + " sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa " + std::string(500, 'b');
+  std::string big =
+      std::string(80, 'a') + " sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa " + std::string(500, 'b');
   t->record({{"event", "tool_decision"}, {"args", {{"content", big}}}});
   for (int i = 0; i < 5; ++i) t->record({{"event", "model_request"}, {"n", i}});
   json j = parse_file(t->path());
@@ -277,9 +291,9 @@ TEST_CASE("retention keeps the newest 200 subagent transcripts and never touches
     REQUIRE(::utimensat(AT_FDCWD, p.c_str(), ts, 0) == 0);
   }
   // Other files, some of them older than every transcript.
-  const std::vector<std::string> others = {"teammate-abc.json", "notes.txt", "audit.jsonl",
-                                           ".subagent-x.json.tmp-1-2", "subagent-.json", "subagent-a b.json",
-                                           "SUBAGENT-upper.json", "subagent-x.json.bak", "xsubagent-y.json"};
+  const std::vector<std::string> others = {"teammate-abc.json",        "notes.txt",           "audit.jsonl",
+                                           ".subagent-x.json.tmp-1-2", "subagent-.json",      "subagent-a b.json",
+                                           "SUBAGENT-upper.json",      "subagent-x.json.bak", "xsubagent-y.json"};
   for (const auto& n : others) {
     auto p = d.write(n, "keep me: " + n);
     struct timespec ts[2] = {{1, 0}, {1, 0}};
@@ -333,8 +347,8 @@ TEST_CASE("retention never deletes a transcript that is still being written") {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto t4 = store.open(header("keep-4"), err);
   REQUIRE(t4);
-  CHECK_FALSE(fs::exists(p1));        // closed and oldest: pruned
-  CHECK(fs::exists(t2->path()));      // older than the newest two, but open
+  CHECK_FALSE(fs::exists(p1));    // closed and oldest: pruned
+  CHECK(fs::exists(t2->path()));  // older than the newest two, but open
   CHECK(fs::exists(t3->path()));
   CHECK(fs::exists(t4->path()));
 }
@@ -364,7 +378,8 @@ TEST_CASE("a writer SIGKILLed at random moments leaves only whole transcripts, a
       auto t = store.open(header(id), err);
       if (!t) ::_exit(3);
       for (int n = 0;; ++n)
-        t->record({{"event", "tool_done"}, {"n", n}, {"pad", std::string(static_cast<std::size_t>(n * 997 % 30000), 'x')}});
+        t->record(
+            {{"event", "tool_done"}, {"n", n}, {"pad", std::string(static_cast<std::size_t>(n * 997 % 30000), 'x')}});
     }
     reaper.pid = pid;
     // Half of the kills land at a random moment from the start (launch included), half once the
@@ -403,8 +418,10 @@ TEST_CASE("a writer SIGKILLed at random moments leaves only whole transcripts, a
   // Whatever else is left is a dot-file temporary, never a subagent-*.json.
   for (const auto& e : fs::directory_iterator(d.path())) {
     std::string n = e.path().filename().string();
-    if (n.rfind("subagent-", 0) == 0) CHECK_FALSE(parse_file(e.path()).is_discarded());
-    else CHECK_MESSAGE(n.rfind(".subagent-", 0) == 0, n);
+    if (n.rfind("subagent-", 0) == 0)
+      CHECK_FALSE(parse_file(e.path()).is_discarded());
+    else
+      CHECK_MESSAGE(n.rfind(".subagent-", 0) == 0, n);
   }
 }
 
@@ -528,19 +545,26 @@ const char* kOperatorValue = "operator-listed-5d9a-internal";
 
 std::vector<Secret> secrets() {
   return {
-      {"openai_key", "sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa", "Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
-      {"anthropic_key", "sk-ant-api03-Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa", "Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa"},
+      {"openai_key", "sk-proj-Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa",
+       "Tq3vX9bK2mLr8sYw4ZcA1nDf6HgJ0pQe5RtUy7IoPa"},
+      {"anthropic_key", "sk-ant-api03-Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa",
+       "Zx8Cv7Bn6Mm5Ll4Kk3Jj2Hh1Gg0Ff9Ee8Dd7Cc6Bb5Aa"},
       {"xai_key", "xai-R4nD0mK3yV4lu3F0rT3st1ngPurp0s3sOnly99", "R4nD0mK3yV4lu3F0rT3st1ngPurp0s3sOnly99"},
       {"groq_key", "gsk_8hJ3kL9mN2pQ4rS6tU8vW0xY1zA3bC5dE7fG9h", "8hJ3kL9mN2pQ4rS6tU8vW0xY1zA3bC5dE7fG9h"},
       {"huggingface_token", "hf_QwErTyUiOpAsDfGhJkLzXcVbNm12345678", "QwErTyUiOpAsDfGhJkLzXcVbNm12345678"},
       {"github_token", "ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R", "1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R"},
-      {"github_token", "github_pat_11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789", "11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789"},
-      {"slack_token", "xoxb-2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb", "2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb"},
+      {"github_token", "github_pat_11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789",
+       "11ABCDEFG0aBcDeFgHiJkL_mNoPqRsTuVwXyZ0123456789"},
+      {"slack_token", "xoxb-2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb",
+       "2048123456-4096123456789-QwErTyUiOpAsDfGhJkLzXcVb"},
       {"aws_access_key_id", "AKIAQX3KZ7LM2NP4RS6T", "QX3KZ7LM2NP4RS6T"},
-      {"aws_secret_key", "aws_secret_access_key=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", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4"},
+      {"aws_secret_key", "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4",
+       "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8mPl3Vt4"},
       {"authorization", "Authorization: Bearer q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj", "q8Zr4Lm2Nx6Vb0Tc9Yh3Wd7Ke5Fs1Pj"},
       {"api_key", "x-api-key: 7f3e9a1c5b2d8e4f6a0c9b7d5e3f1a2c", "7f3e9a1c5b2d8e4f6a0c9b7d5e3f1a2c"},
-      {"private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB\n-----END OPENSSH PRIVATE KEY-----",
+      {"private_key",
+       "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB\n-----END OPENSSH "
+       "PRIVATE KEY-----",
        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB"},
       {"env:SUBAGENT_TEST_SERVICE_TOKEN", kEnvValue, kEnvValue},
       {"operator_value", kOperatorValue, kOperatorValue},
@@ -558,7 +582,8 @@ void check_absent(const std::string& haystack, const std::string& where) {
   for (const auto& x : secrets())
     for (std::size_t k = 0; k + 12 <= x.core.size(); k += 3) {
       const std::string piece = x.core.substr(k, 12);
-      CHECK_MESSAGE(haystack.find(piece) == std::string::npos, where << " holds part of the " << x.label << ": " << piece);
+      CHECK_MESSAGE(haystack.find(piece) == std::string::npos,
+                    where << " holds part of the " << x.label << ": " << piece);
     }
 }
 
@@ -579,7 +604,8 @@ Run run_session(const fs::path& store_dir, const std::string& brief, const std::
                 {"tool_calls",
                  {{{"name", "grep"}, {"arguments", {{"pattern", grep_pattern}}}},
                   {{"name", "read_file"}, {"arguments", {{"path", "notes/secrets.env"}}}}}}};
-  json turn2 = {{"content", "## Summary\nSUMMARY-MARKER " + protocol::cap_utf8(reply_text, 200).text + "\n## Evidence\n- " + reply_text}};
+  json turn2 = {{"content", "## Summary\nSUMMARY-MARKER " + protocol::cap_utf8(reply_text, 200).text +
+                                "\n## Evidence\n- " + reply_text}};
   std::string script = scripts.write("script.jsonl", turn1.dump() + "\n" + turn2.dump() + "\n");
 
   ScrubOptions so;
@@ -662,11 +688,13 @@ TEST_CASE("secrets planted in the brief, a tool call, a tool result, a model rep
   for (const auto& e : t["events"])
     if (e["event"] == "tool_decision" && e["tool"] == "grep") {
       std::string p = e["args"]["pattern"];
-      args_seen = p == "ARGS-MARKER [REDACTED:openai_key] [REDACTED:github_token] [REDACTED:env:SUBAGENT_TEST_SERVICE_TOKEN]";
+      args_seen =
+          p == "ARGS-MARKER [REDACTED:openai_key] [REDACTED:github_token] [REDACTED:env:SUBAGENT_TEST_SERVICE_TOKEN]";
     }
   CHECK(args_seen);
   CHECK(r.env.answer.text.find("REPLY-MARKER [REDACTED:anthropic_key] end") != std::string::npos);
-  CHECK(t["envelope"]["answer"].get<std::string>().find("REPLY-MARKER [REDACTED:private_key] end") != std::string::npos);
+  CHECK(t["envelope"]["answer"].get<std::string>().find("REPLY-MARKER [REDACTED:private_key] end") !=
+        std::string::npos);
   CHECK(r.printed.find("REPLY-MARKER [REDACTED:slack_token] end") != std::string::npos);
   CHECK(logs.find("REPLY-MARKER [REDACTED:aws_access_key_id] end") != std::string::npos);
   CHECK(disk.find("ARGS-MARKER") != std::string::npos);  // the audit line and the transcript

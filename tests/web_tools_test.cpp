@@ -64,11 +64,34 @@ WebToolsConfig test_config(const FakeServer& srv) {
 
 TEST_CASE("addresses that are not public are named, public ones pass") {
   auto reason = [](const char* a) { return supervisor::non_public_reason(boost::asio::ip::make_address(a)); };
-  for (const char* a : {"127.0.0.1", "127.8.9.10", "::1", "10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.1",
-                        "169.254.169.254", "169.254.1.1", "100.64.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255",
-                        "240.0.0.1", "::", "fc00::1", "fd12:3456::1", "fd00:ec2::254", "fe80::1", "ff02::1",
-                        "::ffff:127.0.0.1", "::ffff:10.1.2.3", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe",
-                        "2002:7f00:1::1", "2001:0:1::1", "198.18.0.1", "192.0.2.1"}) {
+  for (const char* a : {"127.0.0.1",
+                        "127.8.9.10",
+                        "::1",
+                        "10.0.0.1",
+                        "172.16.5.4",
+                        "172.31.255.255",
+                        "192.168.1.1",
+                        "169.254.169.254",
+                        "169.254.1.1",
+                        "100.64.0.1",
+                        "0.0.0.0",
+                        "224.0.0.1",
+                        "255.255.255.255",
+                        "240.0.0.1",
+                        "::",
+                        "fc00::1",
+                        "fd12:3456::1",
+                        "fd00:ec2::254",
+                        "fe80::1",
+                        "ff02::1",
+                        "::ffff:127.0.0.1",
+                        "::ffff:10.1.2.3",
+                        "::ffff:169.254.169.254",
+                        "64:ff9b::a9fe:a9fe",
+                        "2002:7f00:1::1",
+                        "2001:0:1::1",
+                        "198.18.0.1",
+                        "192.0.2.1"}) {
     CAPTURE(a);
     CHECK(reason(a).has_value());
   }
@@ -261,7 +284,8 @@ TEST_CASE("web_search asks the SearxNG-compatible endpoint for JSON") {
   auto w = supervisor::make_web_tools(io, cfg);
   auto r = run_tool(io, *w, "web_search", {{"query", "kernel sandbox & seccomp"}});
   REQUIRE_MESSAGE(r.ok, r.content);
-  CHECK(r.content.find("1. Result A\n   https://example.org/a\n   About kernel sandbox & seccomp") != std::string::npos);
+  CHECK(r.content.find("1. Result A\n   https://example.org/a\n   About kernel sandbox & seccomp") !=
+        std::string::npos);
   CHECK(r.content.find("2. Result B") != std::string::npos);
   auto none = supervisor::make_web_tools(io, WebToolsConfig{});
   r = run_tool(io, *none, "web_search", {{"query", "x"}});

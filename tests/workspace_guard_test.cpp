@@ -25,8 +25,7 @@ constexpr int kUsage = 64;
 const std::string kCli = test::bin("subagent-supervisor").string();
 
 bool refused_for(const test::RunResult& r, const std::string& path) {
-  return r.err.find("workspace '" + path + "'") != std::string::npos &&
-         r.err.find("is refused") != std::string::npos &&
+  return r.err.find("workspace '" + path + "'") != std::string::npos && r.err.find("is refused") != std::string::npos &&
          r.err.find("--allow-unsafe-workspace") != std::string::npos;
 }
 
@@ -45,10 +44,12 @@ std::string home() {
 
 TEST_CASE("the unsafe directories, and the ordinary ones beside them") {
   using sandbox::unsafe_workspace_reason;
-  for (const char* p : {"/", "/etc", "/etc/ssl", "/usr", "/usr/lib/x86_64-linux-gnu", "/bin", "/sbin",
-                        "/lib", "/lib64", "/boot", "/proc", "/proc/1", "/sys", "/sys/fs/cgroup", "/dev", "/var",
-                        "/var/lib", "/var/lib/dpkg", "/var/log", "/run", "/home", "/root", "/tmp", "/tmp/",
-                        "/var/tmp", "/usr/local", "/opt", "/srv"}) {
+  for (const char* p : {"/",          "/etc",     "/etc/ssl",      "/usr",           "/usr/lib/x86_64-linux-gnu",
+                        "/bin",       "/sbin",    "/lib",          "/lib64",         "/boot",
+                        "/proc",      "/proc/1",  "/sys",          "/sys/fs/cgroup", "/dev",
+                        "/var",       "/var/lib", "/var/lib/dpkg", "/var/log",       "/run",
+                        "/home",      "/root",    "/tmp",          "/tmp/",          "/var/tmp",
+                        "/usr/local", "/opt",     "/srv"}) {
     INFO(p);
     CHECK_FALSE(unsafe_workspace_reason(p).empty());
   }
@@ -108,8 +109,8 @@ TEST_CASE("sandbox: --workspace / is refused and nothing is created; a temp work
   CHECK(r.code == 0);
   CHECK(fs::exists(flagged));
   fs::remove(flagged);
-  r = test::run({kCli, "sandbox", "--preset", "worker", "--workspace", "/", "--allow-unsafe-workspace", "--",
-                 "/usr/bin/true"});
+  r = test::run(
+      {kCli, "sandbox", "--preset", "worker", "--workspace", "/", "--allow-unsafe-workspace", "--", "/usr/bin/true"});
   CHECK(r.code != 0);
   CHECK(r.err.find("whole host tree") != std::string::npos);
 }
@@ -141,8 +142,8 @@ TEST_CASE("prepare() refuses an unsafe workspace or write root unless the reques
 TEST_CASE("run refuses an unsafe workspace; a normal one works; the flag lets it through") {
   const std::string demo = "replay:" + test::source("examples/explore-demo.jsonl").string();
   auto args = [&](const std::string& ws, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {kCli, "run", "--preset", "explore", "--workspace", ws, "--brief", "b",
-                                  "--model", demo, "--no-transcript", "--quiet"};
+    std::vector<std::string> a = {kCli,      "run", "--preset", "explore", "--workspace",     ws,
+                                  "--brief", "b",   "--model",  demo,      "--no-transcript", "--quiet"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };

@@ -44,11 +44,27 @@ struct Cli {
   // `run` with a shell child: the brief is the script the hostile child runs in its sandbox.
   test::RunResult run(const std::string& preset, const fs::path& ws, const std::string& script,
                       std::vector<std::string> extra = {}) const {
-    std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "run", "--preset", preset, "--workspace",
-                                  ws.string(), "--brief", script, "--model", model, "--child",
-                                  test::program("fake_child").string(), "--child-arg", "shell", "--state-dir",
-                                  state.path().string(), "--lock-dir", (state.path() / "locks").string(),
-                                  "--no-transcript", "--audit-log", (state.path() / "audit.jsonl").string()};
+    std::vector<std::string> a = {test::bin("subagent-supervisor").string(),
+                                  "run",
+                                  "--preset",
+                                  preset,
+                                  "--workspace",
+                                  ws.string(),
+                                  "--brief",
+                                  script,
+                                  "--model",
+                                  model,
+                                  "--child",
+                                  test::program("fake_child").string(),
+                                  "--child-arg",
+                                  "shell",
+                                  "--state-dir",
+                                  state.path().string(),
+                                  "--lock-dir",
+                                  (state.path() / "locks").string(),
+                                  "--no-transcript",
+                                  "--audit-log",
+                                  (state.path() / "audit.jsonl").string()};
     a.insert(a.end(), extra.begin(), extra.end());
     return test::run(a);
   }
@@ -76,21 +92,21 @@ bool contains(const json& arr, const std::string& s) {
 // A repository configuration whose every executable setting leaves a marker file in `marks`.
 std::string hostile_config(const fs::path& marks) {
   auto touch = [&](const std::string& name) { return "touch " + (marks / name).string(); };
-  return "git config filter.x.clean '" + touch("clean") + "; cat' && " +
-         "git config filter.x.smudge '" + touch("smudge") + "; cat' && " +
-         "git config filter.y.process '" + touch("process") + "; false' && " +
-         "git config core.fsmonitor '" + touch("fsmonitor") + "; false' && " +
-         "git config diff.t.textconv '" + touch("textconv") + "; cat' && " +
-         "git config diff.external '" + touch("external") + "; true' && " +
-         "git config core.pager '" + touch("pager") + "; cat' && " +
-         "mkdir -p hooks && printf '#!/bin/sh\\n" + touch("hook") + "\\n' > hooks/post-checkout && "
+  return "git config filter.x.clean '" + touch("clean") + "; cat' && " + "git config filter.x.smudge '" +
+         touch("smudge") + "; cat' && " + "git config filter.y.process '" + touch("process") + "; false' && " +
+         "git config core.fsmonitor '" + touch("fsmonitor") + "; false' && " + "git config diff.t.textconv '" +
+         touch("textconv") + "; cat' && " + "git config diff.external '" + touch("external") + "; true' && " +
+         "git config core.pager '" + touch("pager") + "; cat' && " + "mkdir -p hooks && printf '#!/bin/sh\\n" +
+         touch("hook") +
+         "\\n' > hooks/post-checkout && "
          "cp hooks/post-checkout hooks/pre-commit && chmod +x hooks/* && git config core.hooksPath \"$PWD/hooks\" && "
          "printf '*.txt filter=x diff=t\\n*.dat filter=y\\n' > .gitattributes";
 }
 
 }  // namespace
 
-TEST_CASE("implementation on a subdirectory: the child's own repository and its filter are never used by patch collection") {
+TEST_CASE(
+    "implementation on a subdirectory: the child's own repository and its filter are never used by patch collection") {
   test::TempDir repo, marks;
   make_repo(repo);
   Cli cli;
@@ -112,7 +128,8 @@ TEST_CASE("implementation on a subdirectory: the child's own repository and its 
   // plain `git add`.
   test::TempDir twin, twin_marks;
   twin.write("a.txt", "alpha\n");
-  REQUIRE(test::run({"/bin/sh", "-c", "git init -q . && " + hostile_config(twin_marks.path())}, "", twin.path()).code == 0);
+  REQUIRE(test::run({"/bin/sh", "-c", "git init -q . && " + hostile_config(twin_marks.path())}, "", twin.path()).code ==
+          0);
   REQUIRE(git(twin.path(), "add -A").code == 0);
   CHECK(fs::exists(twin_marks.path() / "clean"));
 }
@@ -123,8 +140,9 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
   Cli cli;
   // A worker on a directory that is no repository makes it one, with a hostile configuration.
   // (Its own git calls switch the programs off for themselves; the files keep them for later.)
-  const std::string quiet_git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.x.clean=cat "
-                                "-c filter.y.process= -c user.name=c -c user.email=c@c ";
+  const std::string quiet_git =
+      "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.x.clean=cat "
+      "-c filter.y.process= -c user.name=c -c user.email=c@c ";
   const std::string plant = "git init -q . && " + hostile_config(marks.path()) + " && " + quiet_git + "add -A && " +
                             quiet_git + "commit -qm planted";
   auto w = cli.run("worker", ws.path(), plant);
@@ -133,7 +151,8 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
   // The worker's planted repository is reported as a later-execution change.
   CHECK(contains(we["artifacts"]["later_execution"]["new_repositories"], "."));
   CHECK(we["artifacts"]["later_execution"].contains("warning"));
-  for (const auto& f : fs::directory_iterator(marks.path())) fs::remove(f.path());  // the worker's own git ran them inside its sandbox
+  for (const auto& f : fs::directory_iterator(marks.path()))
+    fs::remove(f.path());  // the worker's own git ran them inside its sandbox
 
   // An implementation child on that directory: worktree add (smudge, post-checkout), patch
   // collection (clean, fsmonitor, textconv, external diff, pager), worktree removal.
@@ -338,12 +357,15 @@ TEST_CASE("patch caps: bytes and files from the policy; nothing is saved past th
   std::ofstream(policies.path() / "capped.json") << doc.dump(2);
   Cli cli;
   const std::string pd = "--policy-dir";
-  auto big = cli.run("capped", repo.path(), "head -c 20000 /dev/zero | tr '\\0' a > big.txt", {pd, policies.path().string()});
+  auto big =
+      cli.run("capped", repo.path(), "head -c 20000 /dev/zero | tr '\\0' a > big.txt", {pd, policies.path().string()});
   json e = envelope(big);
   CHECK(e["artifacts"]["patch"]["error"].get<std::string>().find("larger than 4000 bytes") != std::string::npos);
   CHECK_FALSE(fs::exists(cli.state.path() / "patches" / (e["id"].get<std::string>() + ".patch")));
-  auto many = cli.run("capped", repo.path(), "for i in 1 2 3 4 5; do echo $i > f$i; done", {pd, policies.path().string()});
-  CHECK(envelope(many)["artifacts"]["patch"]["error"].get<std::string>().find("more than 3 files") != std::string::npos);
+  auto many =
+      cli.run("capped", repo.path(), "for i in 1 2 3 4 5; do echo $i > f$i; done", {pd, policies.path().string()});
+  CHECK(envelope(many)["artifacts"]["patch"]["error"].get<std::string>().find("more than 3 files") !=
+        std::string::npos);
   auto fine = cli.run("capped", repo.path(), "echo 1 > f1; echo 2 > f2", {pd, policies.path().string()});  // twin
   CHECK(envelope(fine)["artifacts"]["patch"]["files"].size() == 2);
 }
@@ -356,16 +378,17 @@ TEST_CASE("worker: existing later-execution paths are read-only, new ones are fl
   repo.write("sub/deep/.claude/settings.json", "{}\n");
   REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
   Cli cli;
-  auto r = cli.run("worker", repo.path(),
-                   "r=''; "
-                   "echo x > .vscode/tasks.json 2>/dev/null && r=\"$r vscode\"; "
-                   "echo x >> .husky/pre-commit 2>/dev/null && r=\"$r husky\"; "
-                   "echo x > .git/config 2>/dev/null && r=\"$r git\"; "
-                   "echo x > sub/deep/.claude/settings.json 2>/dev/null && r=\"$r claude\"; "
-                   "mv .vscode gone 2>/dev/null && r=\"$r moved\"; "
-                   "echo edited > sub/a.txt && r=\"$r normal\"; "
-                   "mkdir -p sub/x/.git && echo '[core]' > sub/x/.git/config && echo '{}' > .mcp.json && echo x > .envrc; "
-                   "echo \"wrote:$r\" > result.txt");
+  auto r =
+      cli.run("worker", repo.path(),
+              "r=''; "
+              "echo x > .vscode/tasks.json 2>/dev/null && r=\"$r vscode\"; "
+              "echo x >> .husky/pre-commit 2>/dev/null && r=\"$r husky\"; "
+              "echo x > .git/config 2>/dev/null && r=\"$r git\"; "
+              "echo x > sub/deep/.claude/settings.json 2>/dev/null && r=\"$r claude\"; "
+              "mv .vscode gone 2>/dev/null && r=\"$r moved\"; "
+              "echo edited > sub/a.txt && r=\"$r normal\"; "
+              "mkdir -p sub/x/.git && echo '[core]' > sub/x/.git/config && echo '{}' > .mcp.json && echo x > .envrc; "
+              "echo \"wrote:$r\" > result.txt");
   json e = envelope(r);
   REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
   CHECK(test::slurp(repo.path() / "result.txt") == "wrote: normal\n");
@@ -379,11 +402,13 @@ TEST_CASE("worker: existing later-execution paths are read-only, new ones are fl
   CHECK(contains(le["protected"], (repo.path() / ".husky").string()));
   CHECK(contains(le["protected"], (repo.path() / "sub/deep/.claude").string()));
   // Twin: the same writes without the sandbox succeed.
-  auto twin = test::run({"/bin/sh", "-c", "echo x > .vscode/tasks.json && echo x >> .husky/pre-commit"}, "", repo.path());
+  auto twin =
+      test::run({"/bin/sh", "-c", "echo x > .vscode/tasks.json && echo x >> .husky/pre-commit"}, "", repo.path());
   CHECK(twin.code == 0);
 }
 
-TEST_CASE("writer lock: workers on repo and repo/sub never run at once; unrelated directories do; run waits with a line") {
+TEST_CASE(
+    "writer lock: workers on repo and repo/sub never run at once; unrelated directories do; run waits with a line") {
   test::TempDir repo, other;
   make_repo(repo);
   Cli cli;
@@ -463,8 +488,8 @@ TEST_CASE("policy explain lists the later-execution paths and the patch caps") {
   test::TempDir repo;
   make_repo(repo);
   repo.write(".vscode/x", "{}");
-  auto r = test::run({test::bin("subagent-supervisor").string(), "policy", "explain", "worker", "--workspace",
-                      repo.path().string()});
+  auto r = test::run(
+      {test::bin("subagent-supervisor").string(), "policy", "explain", "worker", "--workspace", repo.path().string()});
   REQUIRE(r.code == 0);
   CHECK(r.out.find("WRITES") != std::string::npos);
   CHECK(r.out.find(".github/workflows") != std::string::npos);
@@ -481,20 +506,28 @@ TEST_CASE("mcp agent_apply: allow_flagged is explicit, and a wrong type is refus
   REQUIRE(e["status"] == "completed");
   const std::string id = e["id"];
   auto call = [&](int n, json args) {
-    return json{{"jsonrpc", "2.0"}, {"id", n}, {"method", "tools/call"}, {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
-               .dump() + "\n";
+    return json{{"jsonrpc", "2.0"},
+                {"id", n},
+                {"method", "tools/call"},
+                {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
+               .dump() +
+           "\n";
   };
-  std::string in =
-      json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"},
-           {"params", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()},
-                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}.dump() + "\n" +
-      json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
-      call(2, {{"child_id", id}, {"allow_flagged", "yes"}}) + call(3, {{"child_id", id}}) +
-      call(4, {{"child_id", id}, {"allow_flagged", true}});
-  auto r = test::run({test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(),
-                      "--workspace", repo.path().string(), "--no-transcript", "--audit-log",
-                      (cli.state.path() / "mcp-audit.jsonl").string()},
-                     in);
+  std::string in = json{{"jsonrpc", "2.0"},
+                        {"id", 1},
+                        {"method", "initialize"},
+                        {"params",
+                         {{"protocolVersion", "2025-06-18"},
+                          {"capabilities", json::object()},
+                          {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}
+                       .dump() +
+                   "\n" + json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+                   call(2, {{"child_id", id}, {"allow_flagged", "yes"}}) + call(3, {{"child_id", id}}) +
+                   call(4, {{"child_id", id}, {"allow_flagged", true}});
+  auto r = test::run(
+      {test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(), "--workspace",
+       repo.path().string(), "--no-transcript", "--audit-log", (cli.state.path() / "mcp-audit.jsonl").string()},
+      in);
   std::map<int, json> replies;
   std::istringstream lines(r.out);
   for (std::string l; std::getline(lines, l);) {
@@ -535,7 +568,9 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
     REQUIRE(envelope(cli.run("worker", ws.path(),
                              "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
                              "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
-                             "ln -s " + sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] == "completed");
+                             "ln -s " +
+                                 sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] ==
+            "completed");
     REQUIRE(git(secret.path(), "branch -m master").code == 0);
     json e = envelope(cli.run("implementation", ws.path(), probe));
     INFO(e.dump());
@@ -567,12 +602,14 @@ TEST_CASE("the writes section: bad entries are refused naming the field; absent 
       CHECK(std::string(e.what()).find("writes.later_execution") != std::string::npos);
     }
   }
-  CHECK_THROWS_WITH_AS(parse({{"max_patch_bytes", 0}}), doctest::Contains("writes.max_patch_bytes"), supervisor::PresetError);
+  CHECK_THROWS_WITH_AS(parse({{"max_patch_bytes", 0}}), doctest::Contains("writes.max_patch_bytes"),
+                       supervisor::PresetError);
   CHECK_THROWS_WITH_AS(parse({{"bogus", 1}}), doctest::Contains("writes.bogus"), supervisor::PresetError);
   CHECK(parse({{"later_execution", {"**/.envrc", "tools/run.sh"}}}).writes.later_execution.size() == 2);  // twin
   json d = doc;
   d.erase("writes");
-  CHECK(supervisor::parse_preset(d, "worker.json", "x").writes.later_execution == supervisor::default_later_execution());
+  CHECK(supervisor::parse_preset(d, "worker.json", "x").writes.later_execution ==
+        supervisor::default_later_execution());
   CHECK(supervisor::is_later_execution("a/b/.git/config", {"**/.git"}));
   CHECK(supervisor::is_later_execution(".github/workflows/ci.yml", {".github/workflows"}));
   CHECK_FALSE(supervisor::is_later_execution(".github/CODEOWNERS", {".github/workflows"}));

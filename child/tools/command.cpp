@@ -19,8 +19,7 @@ ToolOutput run_command(const nlohmann::json& args, const ToolContext& ctx) {
     throw ToolError("argument 'command' contains a NUL byte");
   }
   std::int64_t timeout = a.integer("timeout_seconds", 120, 1, 3600);
-  std::int64_t max_out = a.integer("max_output_bytes", static_cast<std::int64_t>(ctx.result_cap),
-                                   64, 64ll << 20);
+  std::int64_t max_out = a.integer("max_output_bytes", static_cast<std::int64_t>(ctx.result_cap), 64, 64ll << 20);
 
   ProcessSpec spec;
   spec.argv = {"/bin/sh", "-c", command};

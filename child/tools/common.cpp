@@ -43,8 +43,7 @@ std::string Args::str(const char* name) const {
   return *v;
 }
 
-std::optional<std::int64_t> Args::opt_int(const char* name, std::int64_t min,
-                                          std::int64_t max) const {
+std::optional<std::int64_t> Args::opt_int(const char* name, std::int64_t min, std::int64_t max) const {
   const json* v = find(name);
   if (!v) return std::nullopt;
   std::int64_t n = 0;
@@ -67,14 +66,13 @@ std::optional<std::int64_t> Args::opt_int(const char* name, std::int64_t min,
     throw ToolError("argument '" + std::string(name) + "' must be an integer, got " + v->dump());
   }
   if (n < min || n > max) {
-    throw ToolError("argument '" + std::string(name) + "' must be between " + std::to_string(min) +
-                    " and " + std::to_string(max) + ", got " + std::to_string(n));
+    throw ToolError("argument '" + std::string(name) + "' must be between " + std::to_string(min) + " and " +
+                    std::to_string(max) + ", got " + std::to_string(n));
   }
   return n;
 }
 
-std::int64_t Args::integer(const char* name, std::int64_t def, std::int64_t min,
-                           std::int64_t max) const {
+std::int64_t Args::integer(const char* name, std::int64_t def, std::int64_t min, std::int64_t max) const {
   return opt_int(name, min, max).value_or(def);
 }
 
@@ -116,8 +114,7 @@ WsPath resolve_path(const ToolContext& ctx, const std::string& arg, std::string_
   std::error_code ec;
   fs::path real = fs::weakly_canonical(abs, ec);
   if (!ec && !path_inside(ws, real)) {
-    throw ToolError("path '" + arg + "' leads outside the workspace through a symlink (to '" +
-                    real.string() + "')");
+    throw ToolError("path '" + arg + "' leads outside the workspace through a symlink (to '" + real.string() + "')");
   }
   return WsPath{abs, relative_to_workspace(ctx, abs)};
 }
@@ -248,16 +245,16 @@ void cap_output(ToolOutput& out, std::size_t cap) {
   out.truncated = true;
   const std::size_t total = out.original_bytes;
   // The note's length depends on the kept size; its digits never exceed those of the total.
-  std::string probe = "\n[output truncated: " + std::to_string(total) + " bytes, showing first " +
-                      std::to_string(total) + "]";
+  std::string probe =
+      "\n[output truncated: " + std::to_string(total) + " bytes, showing first " + std::to_string(total) + "]";
   if (cap <= probe.size() + 16) {
     out.content.resize(utf8_floor(out.content, cap));
     return;
   }
   std::size_t keep = utf8_floor(out.content, cap - probe.size());
   out.content.resize(keep);
-  out.content += "\n[output truncated: " + std::to_string(total) + " bytes, showing first " +
-                 std::to_string(keep) + "]";
+  out.content +=
+      "\n[output truncated: " + std::to_string(total) + " bytes, showing first " + std::to_string(keep) + "]";
 }
 
 int read_dir_sorted(int dirfd, std::vector<DirEntry>& out) {
@@ -284,17 +281,24 @@ int read_dir_sorted(int dirfd, std::vector<DirEntry>& out) {
       dt = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_FIFO;
     }
     switch (dt) {
-      case DT_REG: t = EntryType::file; break;
-      case DT_DIR: t = EntryType::dir; break;
-      case DT_LNK: t = EntryType::symlink; break;
-      default: t = EntryType::other; break;
+      case DT_REG:
+        t = EntryType::file;
+        break;
+      case DT_DIR:
+        t = EntryType::dir;
+        break;
+      case DT_LNK:
+        t = EntryType::symlink;
+        break;
+      default:
+        t = EntryType::other;
+        break;
     }
     out.push_back(DirEntry{n, t});
   }
   int err = errno;
   ::closedir(d);
-  std::sort(out.begin(), out.end(),
-            [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   return err;
 }
 

@@ -59,7 +59,7 @@ std::string describe_errno(int err, std::string_view rel);
 
 // UTF-8.
 bool utf8_valid(std::string_view s, std::size_t* bad_offset = nullptr, bool allow_cut_tail = false);
-std::string utf8_sanitize(std::string_view s);  // invalid bytes become U+FFFD
+std::string utf8_sanitize(std::string_view s);              // invalid bytes become U+FFFD
 std::size_t utf8_floor(std::string_view s, std::size_t n);  // largest cut <= n before a lead byte
 
 // Caps `text` at `cap` bytes on a UTF-8 boundary (after sanitizing it), appending a note that says

@@ -12,8 +12,7 @@ constexpr std::size_t kMaxRev = 256;
 std::string check_rev(const std::string& rev, const char* argname) {
   if (rev.empty()) throw ToolError("argument '" + std::string(argname) + "' is empty");
   if (rev.size() > kMaxRev) {
-    throw ToolError("argument '" + std::string(argname) + "' is longer than " +
-                    std::to_string(kMaxRev) + " bytes");
+    throw ToolError("argument '" + std::string(argname) + "' is longer than " + std::to_string(kMaxRev) + " bytes");
   }
   if (rev[0] == '-') {
     throw ToolError("argument '" + std::string(argname) + "' may not start with '-' (got '" + rev +
@@ -27,14 +26,12 @@ std::string check_rev(const std::string& rev, const char* argname) {
   return rev;
 }
 
-ToolOutput run_git(const ToolContext& ctx, const std::string& what,
-                   const std::vector<std::string>& args) {
+ToolOutput run_git(const ToolContext& ctx, const std::string& what, const std::vector<std::string>& args) {
   std::string git = find_executable("git");
   if (git.empty()) throw ToolError("git is not installed (not found on PATH)");
   const std::string ws = ctx.workspace.string();
   ProcessSpec spec;
-  spec.argv = {git,
-               "--no-pager",
+  spec.argv = {git,  "--no-pager",
                "-c", "core.pager=cat",
                "-c", "core.fsmonitor=false",
                "-c", "core.untrackedCache=false",
@@ -45,9 +42,8 @@ ToolOutput run_git(const ToolContext& ctx, const std::string& what,
   spec.env = current_environment({"GIT_", "PAGER=", "LESS"});
   // Repository discovery stops at the workspace: a repository above it is out of scope.
   spec.env.push_back("GIT_CEILING_DIRECTORIES=" + ctx.workspace.parent_path().string());
-  for (const char* e : {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-                        "GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat",
-                        "PAGER=cat", "GIT_NO_REPLACE_OBJECTS=1"}) {
+  for (const char* e : {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_OPTIONAL_LOCKS=0",
+                        "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat", "PAGER=cat", "GIT_NO_REPLACE_OBJECTS=1"}) {
     spec.env.emplace_back(e);
   }
   spec.cwd = ws;
@@ -64,9 +60,8 @@ ToolOutput run_git(const ToolContext& ctx, const std::string& what,
   }
   if (r.exit_code != 0) {
     out.ok = false;
-    out.content = "git " + what + " failed (exit " +
-                  std::to_string(r.term_signal ? 128 + r.term_signal : r.exit_code) + "): " +
-                  out.content;
+    out.content = "git " + what + " failed (exit " + std::to_string(r.term_signal ? 128 + r.term_signal : r.exit_code) +
+                  "): " + out.content;
     return out;
   }
   if (out.content.empty()) out.content = "(no output from git " + what + ")\n";
@@ -94,8 +89,8 @@ ToolOutput git_log(const nlohmann::json& args, const ToolContext& ctx) {
   Args a(args);
   std::int64_t n = a.integer("max_count", 20, 1, 1000);
   std::string path = rel_path_arg(ctx, a);
-  std::vector<std::string> argv = {"log", "--no-color", "--max-count=" + std::to_string(n),
-                                   "--date=short", "--format=%h %ad %an: %s"};
+  std::vector<std::string> argv = {"log", "--no-color", "--max-count=" + std::to_string(n), "--date=short",
+                                   "--format=%h %ad %an: %s"};
   if (auto rev = a.opt_str("rev")) {
     argv.push_back("--end-of-options");
     argv.push_back(check_rev(*rev, "rev"));
@@ -108,17 +103,16 @@ ToolOutput git_log(const nlohmann::json& args, const ToolContext& ctx) {
 ToolOutput git_show(const nlohmann::json& args, const ToolContext& ctx) {
   Args a(args);
   std::string rev = check_rev(a.opt_str("rev").value_or("HEAD"), "rev");
-  return run_git(ctx, "show",
-                 {"show", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch",
-                  "--end-of-options", rev});
+  return run_git(
+      ctx, "show",
+      {"show", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch", "--end-of-options", rev});
 }
 
 ToolOutput git_diff(const nlohmann::json& args, const ToolContext& ctx) {
   Args a(args);
   bool staged = a.boolean("staged", false);
   std::string path = rel_path_arg(ctx, a);
-  std::vector<std::string> argv = {"diff", "--no-color", "--no-ext-diff", "--no-textconv",
-                                   "--stat", "--patch"};
+  std::vector<std::string> argv = {"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch"};
   if (staged) argv.push_back("--cached");
   if (auto rev = a.opt_str("rev")) {
     argv.push_back("--end-of-options");

@@ -77,8 +77,7 @@ class GlobWalk {
     return rel.empty() || rel == "." ? name : rel + "/" + name;
   }
 
-  void descend(int dirfd, const std::string& name, const std::string& rel, std::size_t i,
-               int depth) {
+  void descend(int dirfd, const std::string& name, const std::string& rel, std::size_t i, int depth) {
     int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
       ++unreadable_;
@@ -131,16 +130,15 @@ ToolOutput glob(const nlohmann::json& args, const ToolContext& ctx) {
     std::size_t shown = std::min<std::size_t>(res.size(), static_cast<std::size_t>(max_results));
     for (std::size_t k = 0; k < shown; ++k) out.content += res[k] + "\n";
     if (shown < res.size()) {
-      out.content += "... " + std::to_string(res.size() - shown) + " more (max_results=" +
-                     std::to_string(max_results) + "; narrow the pattern)\n";
+      out.content += "... " + std::to_string(res.size() - shown) + " more (max_results=" + std::to_string(max_results) +
+                     "; narrow the pattern)\n";
     }
   }
   if (walk.hit_limit()) {
     out.content += "[stopped after " + std::to_string(kCollectLimit) + " matches]\n";
   }
   if (walk.too_deep()) {
-    out.content += "[directories nested deeper than " + std::to_string(kMaxDepth) +
-                   " levels were not searched]\n";
+    out.content += "[directories nested deeper than " + std::to_string(kMaxDepth) + " levels were not searched]\n";
   }
   if (walk.unreadable()) {
     out.content += "[" + std::to_string(walk.unreadable()) + " directories could not be read]\n";

@@ -29,9 +29,7 @@ constexpr std::size_t kLineDisplay = 300;  // longer lines show a window around 
 constexpr std::size_t kExtraCountLimit = 10000;
 constexpr int kMaxDepth = 64;
 
-bool is_plain_literal(const std::string& p) {
-  return p.find_first_of("\\^$.|?*+()[]{}") == std::string::npos;
-}
+bool is_plain_literal(const std::string& p) { return p.find_first_of("\\^$.|?*+()[]{}") == std::string::npos; }
 
 // The longest run of bytes every match must contain, found by a conservative scan of the
 // pattern's top level (no alternation there, no flag groups, no \Q). Files without it are skipped
@@ -116,8 +114,8 @@ struct Options {
 
 class Grep {
  public:
-  Grep(const ToolContext& ctx, const RE2& re, std::optional<std::string> literal,
-       std::string required, Options opt, std::optional<GlobPattern> filter)
+  Grep(const ToolContext& ctx, const RE2& re, std::optional<std::string> literal, std::string required, Options opt,
+       std::optional<GlobPattern> filter)
       : ctx_(ctx),
         re_(re),
         literal_(std::move(literal)),
@@ -159,8 +157,7 @@ class Grep {
   }
 
   // Returns false when the file could not be opened (errno in *err).
-  bool search_file_at(int dirfd, const char* name, const std::string& rel, int extra_flags,
-                      int* err = nullptr) {
+  bool search_file_at(int dirfd, const char* name, const std::string& rel, int extra_flags, int* err = nullptr) {
     int fd = ::openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | extra_flags);
     if (fd < 0) {
       if (err) *err = errno;
@@ -229,8 +226,7 @@ class Grep {
   }
 
   // Finds the next match at or after `pos`; sets [ms, me).
-  bool next_match(const char* d, std::size_t n, std::size_t pos, std::size_t& ms,
-                  std::size_t& me) const {
+  bool next_match(const char* d, std::size_t n, std::size_t pos, std::size_t& ms, std::size_t& me) const {
     if (literal_) {
       const void* hit = ::memmem(d + pos, n - pos, literal_->data(), literal_->size());
       if (!hit) return false;
@@ -303,9 +299,8 @@ class Grep {
     }
     flush_after(f, f.n);
     if (extra) {
-      out_ += "[" + std::to_string(extra) + (extra >= kExtraCountLimit ? "+" : "") +
-              " more matching lines in " + rel + " not shown (max " +
-              std::to_string(opt_.max_per_file) + " per file)]\n";
+      out_ += "[" + std::to_string(extra) + (extra >= kExtraCountLimit ? "+" : "") + " more matching lines in " + rel +
+              " not shown (max " + std::to_string(opt_.max_per_file) + " per file)]\n";
     }
   }
 
@@ -313,10 +308,10 @@ class Grep {
     const std::string& rel;
     const char* d;
     std::size_t n;
-    std::size_t cursor_off = 0;    // line counting cursor
+    std::size_t cursor_off = 0;  // line counting cursor
     std::uint64_t cursor_line = 1;
-    bool any = false;              // something printed for this file
-    std::size_t printed_end = 0;   // offset just past the last printed line
+    bool any = false;             // something printed for this file
+    std::size_t printed_end = 0;  // offset just past the last printed line
     std::uint64_t printed_end_line = 1;
     std::size_t after_left = 0;
   };
@@ -327,8 +322,7 @@ class Grep {
     return f.cursor_line;
   }
 
-  void emit(const File& f, std::uint64_t line, std::size_t ls, std::size_t le, bool match,
-            std::size_t hit) {
+  void emit(const File& f, std::uint64_t line, std::size_t ls, std::size_t le, bool match, std::size_t hit) {
     std::string_view text(f.d + ls, le - ls);
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     out_ += f.rel;
@@ -374,8 +368,7 @@ class Grep {
       std::size_t b = ls;
       std::size_t k = 0;
       while (k < opt_.context && b > floor) {
-        const char* p = b >= 2 ? static_cast<const char*>(memrchr(f.d + floor, '\n', b - 1 - floor))
-                               : nullptr;
+        const char* p = b >= 2 ? static_cast<const char*>(memrchr(f.d + floor, '\n', b - 1 - floor)) : nullptr;
         b = p ? static_cast<std::size_t>(p - f.d) + 1 : floor;
         ++k;
       }
@@ -470,24 +463,23 @@ ToolOutput grep(const nlohmann::json& args, const ToolContext& ctx) {
   std::string& text = g.out();
   const std::string where = base.rel == "." ? "the workspace" : "'" + base.rel + "'";
   if (g.matches() == 0) {
-    text += "no matches for /" + pattern + "/ in " + where + " (" +
-            plural(g.files_searched(), "file", "files") + " searched)\n";
+    text += "no matches for /" + pattern + "/ in " + where + " (" + plural(g.files_searched(), "file", "files") +
+            " searched)\n";
   } else {
-    text += "[" + plural(g.matches(), "match", "matches") + " in " +
-            plural(g.files_matched(), "file", "files") + "; " +
+    text += "[" + plural(g.matches(), "match", "matches") + " in " + plural(g.files_matched(), "file", "files") + "; " +
             plural(g.files_searched(), "file", "files") + " searched]\n";
   }
   if (g.out_full()) {
-    text += "[stopped: output limit reached; narrow the search with 'path', 'glob' or a more "
-            "specific pattern]\n";
+    text +=
+        "[stopped: output limit reached; narrow the search with 'path', 'glob' or a more "
+        "specific pattern]\n";
   } else if (g.stopped()) {
     text += "[stopped at max_matches=" + std::to_string(opt.max_total) +
             "; more matches exist. Narrow the search with 'path', 'glob' or a more specific "
             "pattern]\n";
   }
   if (g.binary_skipped()) {
-    text += "[" + plural(g.binary_skipped(), "binary file", "binary files") +
-            " with matches skipped]\n";
+    text += "[" + plural(g.binary_skipped(), "binary file", "binary files") + " with matches skipped]\n";
   }
   if (g.too_large()) text += "[" + plural(g.too_large(), "file", "files") + " over 1 GiB skipped]\n";
   if (g.unreadable()) {

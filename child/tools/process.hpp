@@ -20,12 +20,12 @@ struct ProcessSpec {
 };
 
 struct ProcessResult {
-  std::string output;  // head + "[... N bytes omitted ...]" + tail when over max_output
+  std::string output;            // head + "[... N bytes omitted ...]" + tail when over max_output
   std::size_t output_bytes = 0;  // everything the program wrote
   bool output_cut = false;
   bool timed_out = false;
-  int exit_code = -1;    // when it exited
-  int term_signal = 0;   // when a signal killed it
+  int exit_code = -1;   // when it exited
+  int term_signal = 0;  // when a signal killed it
   std::chrono::milliseconds elapsed{0};
 };
 

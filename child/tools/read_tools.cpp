@@ -66,11 +66,10 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
   std::int64_t start = a.integer("start_line", 1, 1, kMaxLine);
   std::optional<std::int64_t> end_arg = a.opt_int("end_line", 1, kMaxLine);
   if (end_arg && *end_arg < start) {
-    throw ToolError("argument 'end_line' (" + std::to_string(*end_arg) +
-                    ") is before 'start_line' (" + std::to_string(start) + ")");
+    throw ToolError("argument 'end_line' (" + std::to_string(*end_arg) + ") is before 'start_line' (" +
+                    std::to_string(start) + ")");
   }
-  std::int64_t max_bytes = a.integer("max_bytes", static_cast<std::int64_t>(ctx.result_cap), 1,
-                                     std::int64_t{1} << 40);
+  std::int64_t max_bytes = a.integer("max_bytes", static_cast<std::int64_t>(ctx.result_cap), 1, std::int64_t{1} << 40);
   std::uint64_t end = end_arg ? static_cast<std::uint64_t>(*end_arg) : UINT64_MAX;
 
   Fd fd(::open(p.abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
@@ -91,11 +90,11 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
   std::unique_ptr<char[]> buf(new char[kChunk]);
   std::string body;
   std::uint64_t line = 1;
-  bool line_open = false;      // the current line's number prefix is already in body
-  std::size_t line_start = 0;  // where the current line begins in body
-  bool stopped = false;        // budget exhausted
-  std::uint64_t stop_line = 0; // first line not (fully) shown
-  bool line_cut = false;       // stop_line was shown in part
+  bool line_open = false;       // the current line's number prefix is already in body
+  std::size_t line_start = 0;   // where the current line begins in body
+  bool stopped = false;         // budget exhausted
+  std::uint64_t stop_line = 0;  // first line not (fully) shown
+  bool line_cut = false;        // stop_line was shown in part
   bool last_was_newline = true;
   bool first = true;
   std::uint64_t total_read = 0;
@@ -113,14 +112,14 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
       std::string_view sample = chunk.substr(0, kBinarySample);
       if (const void* z = std::memchr(sample.data(), 0, sample.size())) {
         auto off = static_cast<const char*>(z) - sample.data();
-        throw ToolError("'" + p.rel + "' is a binary file (NUL byte at offset " +
-                        std::to_string(off) + "); read_file only shows text");
+        throw ToolError("'" + p.rel + "' is a binary file (NUL byte at offset " + std::to_string(off) +
+                        "); read_file only shows text");
       }
       std::size_t bad = 0;
       bool cut_ok = chunk.size() > kBinarySample || static_cast<std::size_t>(n) == kChunk;
       if (!utf8_valid(sample, &bad, cut_ok)) {
-        throw ToolError("'" + p.rel + "' is a binary file (invalid UTF-8 at offset " +
-                        std::to_string(bad) + "); read_file only shows text");
+        throw ToolError("'" + p.rel + "' is a binary file (invalid UTF-8 at offset " + std::to_string(bad) +
+                        "); read_file only shows text");
       }
     }
     total_read += static_cast<std::uint64_t>(n);
@@ -191,11 +190,10 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
     out.content = "'" + p.rel + "' is empty (0 bytes)";
     return out;
   }
-  const std::string of_lines = counted_all ? std::to_string(total_lines)
-                                           : "at least " + std::to_string(total_lines);
+  const std::string of_lines = counted_all ? std::to_string(total_lines) : "at least " + std::to_string(total_lines);
   if (counted_all && static_cast<std::uint64_t>(start) > total_lines) {
-    throw ToolError("start_line " + std::to_string(start) + " is past the end of '" + p.rel +
-                    "' (" + of_lines + " lines)");
+    throw ToolError("start_line " + std::to_string(start) + " is past the end of '" + p.rel + "' (" + of_lines +
+                    " lines)");
   }
   std::uint64_t last_shown = std::min<std::uint64_t>(end, total_lines);
   if (stopped) last_shown = line_cut ? stop_line : stop_line - 1;
@@ -208,12 +206,11 @@ ToolOutput read_file(const nlohmann::json& args, const ToolContext& ctx) {
     const std::string limit =
         std::to_string(std::min<std::size_t>(static_cast<std::size_t>(max_bytes), ctx.result_cap));
     if (line_cut && stop_line == static_cast<std::uint64_t>(start)) {
-      out.content += "[line " + std::to_string(stop_line) + " is longer than the output limit of " +
-                     limit + " bytes and was cut]\n";
+      out.content += "[line " + std::to_string(stop_line) + " is longer than the output limit of " + limit +
+                     " bytes and was cut]\n";
     } else {
-            out.content += "[stopped at line " + std::to_string(stop_line) + ": output limit of " +
-                     limit + " bytes reached; continue with start_line=" + std::to_string(stop_line) +
-                     "]\n";
+      out.content += "[stopped at line " + std::to_string(stop_line) + ": output limit of " + limit +
+                     " bytes reached; continue with start_line=" + std::to_string(stop_line) + "]\n";
     }
   }
   return out;
@@ -227,8 +224,7 @@ ToolOutput list_dir(const nlohmann::json& args, const ToolContext& ctx) {
   std::vector<DirEntry> entries;
   if (int err = read_dir_sorted(fd.get(), entries)) throw ToolError(describe_errno(err, p.rel));
 
-  std::string out_text = (p.rel == "." ? std::string("./") : p.rel + "/") + " (" +
-                         std::to_string(entries.size()) +
+  std::string out_text = (p.rel == "." ? std::string("./") : p.rel + "/") + " (" + std::to_string(entries.size()) +
                          (entries.size() == 1 ? " entry)" : " entries)") + ":\n";
   std::size_t shown = 0;
   for (const DirEntry& e : entries) {
@@ -263,8 +259,8 @@ ToolOutput list_dir(const nlohmann::json& args, const ToolContext& ctx) {
   }
   if (entries.empty()) out_text += "(empty directory)\n";
   if (shown < entries.size()) {
-    out_text += "... " + std::to_string(entries.size() - shown) + " more (max_entries=" +
-                std::to_string(max_entries) + ")\n";
+    out_text +=
+        "... " + std::to_string(entries.size() - shown) + " more (max_entries=" + std::to_string(max_entries) + ")\n";
   }
   ToolOutput out;
   out.content = std::move(out_text);

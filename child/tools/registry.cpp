@@ -22,11 +22,16 @@ struct Tool {
 // (protocol/tools.json); child_tools_test checks that this table and the catalogue's "child" tools
 // are the same set.
 const Tool kTools[] = {
-    {"read_file", tools_detail::read_file},     {"list_dir", tools_detail::list_dir},
-    {"glob", tools_detail::glob},               {"grep", tools_detail::grep},
-    {"write_file", tools_detail::write_file},   {"edit_file", tools_detail::edit_file},
-    {"run_command", tools_detail::run_command}, {"git_status", tools_detail::git_status},
-    {"git_log", tools_detail::git_log},         {"git_show", tools_detail::git_show},
+    {"read_file", tools_detail::read_file},
+    {"list_dir", tools_detail::list_dir},
+    {"glob", tools_detail::glob},
+    {"grep", tools_detail::grep},
+    {"write_file", tools_detail::write_file},
+    {"edit_file", tools_detail::edit_file},
+    {"run_command", tools_detail::run_command},
+    {"git_status", tools_detail::git_status},
+    {"git_log", tools_detail::git_log},
+    {"git_show", tools_detail::git_show},
     {"git_diff", tools_detail::git_diff},
 };
 

@@ -55,14 +55,12 @@ bool write_whole(const ToolContext& ctx, const WsPath& p, std::string_view conte
   if (!fs::is_directory(parent, ec)) {
     fs::create_directories(parent, ec);
     if (ec) {
-      throw ToolError("cannot create directory '" + relative_to_workspace(ctx, parent) + "': " +
-                      ec.message());
+      throw ToolError("cannot create directory '" + relative_to_workspace(ctx, parent) + "': " + ec.message());
     }
   }
   bool existed = ::access(p.abs.c_str(), F_OK) == 0;
   // O_NONBLOCK: a FIFO at this path must fail, not hang the child waiting for a reader.
-  int fd = ::open(p.abs.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-                  0666);
+  int fd = ::open(p.abs.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
   if (fd < 0) {
     int err = errno;
     if (err == EISDIR) throw ToolError("'" + p.rel + "' is a directory");
@@ -92,11 +90,9 @@ bool write_whole(const ToolContext& ctx, const WsPath& p, std::string_view conte
   return !existed;
 }
 
-std::size_t count_occurrences(std::string_view hay, std::string_view needle,
-                              std::size_t* first = nullptr) {
+std::size_t count_occurrences(std::string_view hay, std::string_view needle, std::size_t* first = nullptr) {
   std::size_t n = 0;
-  for (std::size_t pos = hay.find(needle); pos != std::string_view::npos;
-       pos = hay.find(needle, pos + needle.size())) {
+  for (std::size_t pos = hay.find(needle); pos != std::string_view::npos; pos = hay.find(needle, pos + needle.size())) {
     if (n == 0 && first) *first = pos;
     ++n;
   }
@@ -112,8 +108,8 @@ ToolOutput write_file(const nlohmann::json& args, const ToolContext& ctx) {
   if (p.rel == ".") throw ToolError("'path' names the workspace itself; give a file path");
   bool created = write_whole(ctx, p, content);
   ToolOutput out;
-  out.content = std::string(created ? "created " : "overwrote ") + p.rel + " (" +
-                std::to_string(content.size()) + " bytes)";
+  out.content =
+      std::string(created ? "created " : "overwrote ") + p.rel + " (" + std::to_string(content.size()) + " bytes)";
   out.files_changed.push_back(p.rel);
   return out;
 }
@@ -144,20 +140,18 @@ ToolOutput edit_file(const nlohmann::json& args, const ToolContext& ctx) {
   std::string result;
   result.reserve(data.size() + n * new_s.size());
   std::size_t from = 0;
-  for (std::size_t pos = data.find(old_s); pos != std::string::npos;
-       pos = data.find(old_s, from)) {
+  for (std::size_t pos = data.find(old_s); pos != std::string::npos; pos = data.find(old_s, from)) {
     result.append(data, from, pos - from);
     result += new_s;
     from = pos + old_s.size();
   }
   result.append(data, from, std::string::npos);
   write_whole(ctx, p, result);
-  std::size_t line = 1 + static_cast<std::size_t>(
-                             std::count(data.begin(), data.begin() + static_cast<long>(first), '\n'));
+  std::size_t line =
+      1 + static_cast<std::size_t>(std::count(data.begin(), data.begin() + static_cast<long>(first), '\n'));
   ToolOutput out;
-  out.content = "edited " + p.rel + ": replaced " + std::to_string(n) +
-                (n == 1 ? " occurrence" : " occurrences") + " (first at line " +
-                std::to_string(line) + "); file is now " + std::to_string(result.size()) +
+  out.content = "edited " + p.rel + ": replaced " + std::to_string(n) + (n == 1 ? " occurrence" : " occurrences") +
+                " (first at line " + std::to_string(line) + "); file is now " + std::to_string(result.size()) +
                 " bytes";
   out.files_changed.push_back(p.rel);
   return out;

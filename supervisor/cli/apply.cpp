@@ -13,19 +13,25 @@ int cmd_apply(Args args) {
   std::filesystem::path state_dir = default_workspace_config().state_dir;
   while (auto a = args.next()) {
     if (*a == "-h" || *a == "--help") {
-      std::puts("usage: subagent-supervisor apply ID [--state-dir DIR] [--allow-flagged]\n\n"
-                "Applies the patch that implementation child ID returned to the workspace it was spawned on.\n"
-                "A patch that no longer applies is reported and nothing is changed (exit 1).\n"
-                "A patch whose review (the envelope's artifacts.patch.review) flags symlinks, mode changes, new\n"
-                "executables or later-execution paths (hooks, CI, agent and editor configuration) is refused\n"
-                "unless --allow-flagged says you reviewed them. A symlink that is absolute or leads out of the\n"
-                "workspace is always refused.");
+      std::puts(
+          "usage: subagent-supervisor apply ID [--state-dir DIR] [--allow-flagged]\n\n"
+          "Applies the patch that implementation child ID returned to the workspace it was spawned on.\n"
+          "A patch that no longer applies is reported and nothing is changed (exit 1).\n"
+          "A patch whose review (the envelope's artifacts.patch.review) flags symlinks, mode changes, new\n"
+          "executables or later-execution paths (hooks, CI, agent and editor configuration) is refused\n"
+          "unless --allow-flagged says you reviewed them. A symlink that is absolute or leads out of the\n"
+          "workspace is always refused.");
       return 0;
-    } else if (*a == "--state-dir") state_dir = args.value(*a);
-    else if (*a == "--allow-flagged") allow_flagged = true;
-    else if (a->rfind("-", 0) == 0) throw UsageError("unknown option '" + *a + "'");
-    else if (id.empty()) id = *a;
-    else throw UsageError("apply takes one child id");
+    } else if (*a == "--state-dir")
+      state_dir = args.value(*a);
+    else if (*a == "--allow-flagged")
+      allow_flagged = true;
+    else if (a->rfind("-", 0) == 0)
+      throw UsageError("unknown option '" + *a + "'");
+    else if (id.empty())
+      id = *a;
+    else
+      throw UsageError("apply takes one child id");
   }
   if (id.empty()) throw UsageError("apply needs the child's ID");
   ApplyResult r = apply_patch(state_dir, id, allow_flagged);

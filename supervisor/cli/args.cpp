@@ -27,8 +27,8 @@ const char* const kExitStatusTable = R"(Exit status (the same for every command)
 )";
 
 Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir) {
-  const bool path = name_or_path.find('/') != std::string::npos ||
-                    std::filesystem::path(name_or_path).extension() == ".json";
+  const bool path =
+      name_or_path.find('/') != std::string::npos || std::filesystem::path(name_or_path).extension() == ".json";
   if (path) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(name_or_path, ec))
@@ -43,8 +43,8 @@ Preset load_preset_or_usage(const std::string& name_or_path, const std::filesyst
     if (std::find(names.begin(), names.end(), name_or_path) == names.end()) {
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw UsageError("unknown preset '" + name_or_path + "' (the presets in " + policy_dir.string() + " are: " +
-                       (known.empty() ? "none" : known) + ")");
+      throw UsageError("unknown preset '" + name_or_path + "' (the presets in " + policy_dir.string() +
+                       " are: " + (known.empty() ? "none" : known) + ")");
     }
   }
   try {

@@ -64,7 +64,9 @@ struct Filter {
   std::string child, tool, decision, event, parent, preset;
 
   bool matches(const json& l) const {
-    auto str = [&](const char* k) { return l.contains(k) && l[k].is_string() ? l[k].get<std::string>() : std::string(); };
+    auto str = [&](const char* k) {
+      return l.contains(k) && l[k].is_string() ? l[k].get<std::string>() : std::string();
+    };
     if (!child.empty() && str("child").rfind(child, 0) != 0) return false;
     if (!event.empty() && str("event") != event) return false;
     if (!parent.empty() && str("parent") != parent) return false;
@@ -109,7 +111,8 @@ std::string describe(const json& l) {
     if (l.contains("steps")) d += ", " + compact(l["steps"]) + " steps";
     if (l.contains("tool_calls")) d += ", " + compact(l["tool_calls"]) + " tool calls";
     if (!str("reason").empty()) d += ": " + compact(l["reason"], 120);
-    d += l.contains("transcript") && l["transcript"].is_string() ? ", transcript " + str("transcript") : ", no transcript";
+    d += l.contains("transcript") && l["transcript"].is_string() ? ", transcript " + str("transcript")
+                                                                 : ", no transcript";
   } else {
     d = compact(l.value("reason", json("")), 160);
   }
@@ -135,7 +138,8 @@ std::string find_transcript(const fs::path& dir, const std::string& prefix, fs::
   }
   if (ec) return "cannot read the transcript directory " + dir.string() + ": " + ec.message();
   if (found.empty()) return "no transcript for a child '" + prefix + "' in " + dir.string();
-  if (found.size() > 1) return "'" + prefix + "' matches " + std::to_string(found.size()) + " transcripts; give more of the id";
+  if (found.size() > 1)
+    return "'" + prefix + "' matches " + std::to_string(found.size()) + " transcripts; give more of the id";
   out = found.front();
   return "";
 }
@@ -146,14 +150,16 @@ void print_message(const json& m) {
   if (role == "tool") head += " " + m.value("name", "") + " " + m.value("tool_call_id", "");
   head += "]";
   const json content = m.contains("content") ? m["content"] : json("");
-  print_for_terminal(stdout, "%s %s\n", head.c_str(), content.is_string() ? content.get_ref<const std::string&>().c_str() : content.dump().c_str());
+  print_for_terminal(stdout, "%s %s\n", head.c_str(),
+                     content.is_string() ? content.get_ref<const std::string&>().c_str() : content.dump().c_str());
   if (m.contains("tool_calls") && m["tool_calls"].is_array())
     for (const auto& c : m["tool_calls"])
       print_for_terminal(stdout, "    -> tool call %s %s %s\n", c.value("id", "").c_str(), c.value("name", "").c_str(),
-                  one_line(c.value("arguments", json::object()), 2000).c_str());
+                         one_line(c.value("arguments", json::object()), 2000).c_str());
 }
 
-int conversation(const std::string& id, const std::string& transcript_dir, const std::string& audit_file, bool as_json) {
+int conversation(const std::string& id, const std::string& transcript_dir, const std::string& audit_file,
+                 bool as_json) {
   fs::path dir = !transcript_dir.empty() ? fs::path(transcript_dir)
                  : !audit_file.empty()   ? fs::path(audit_file).parent_path()
                                          : default_transcript_dir();
@@ -173,8 +179,8 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
   json last_reply;
   if (!as_json)
     print_for_terminal(stdout, "child %s  preset %s  model %s  status %s\nbrief: %s\n", doc.value("id", "").c_str(),
-                doc.value("preset", "").c_str(), doc.value("model", "").c_str(), doc.value("status", "").c_str(),
-                doc.value("brief", "").c_str());
+                       doc.value("preset", "").c_str(), doc.value("model", "").c_str(), doc.value("status", "").c_str(),
+                       doc.value("brief", "").c_str());
   for (const auto& e : doc["events"]) {
     const std::string kind = e.value("event", "");
     if (kind == "model_request") {
@@ -185,8 +191,9 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
       }
       if (!as_json) {
         print_for_terminal(stdout, "=== model request %s, step %s, tools: %s%s\n", e.value("id", "").c_str(),
-                    one_line(e.value("step", json(0))).c_str(), one_line(e.value("tool_names", json::array())).c_str(),
-                    e.value("wrap_up_turn", false) ? " (wrap-up turn)" : "");
+                           one_line(e.value("step", json(0))).c_str(),
+                           one_line(e.value("tool_names", json::array())).c_str(),
+                           e.value("wrap_up_turn", false) ? " (wrap-up turn)" : "");
       }
       for (const auto& m : e.value("new_messages", json::array())) {
         history.push_back(m);
@@ -200,20 +207,21 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
       last_reply = reply;
       if (!as_json) {
         print_for_terminal(stdout, "=== model response %s%s\n", e.value("id", "").c_str(),
-                    e.value("ok", true) ? "" : (", failed: " + one_line(e.value("error", json("")))).c_str());
+                           e.value("ok", true) ? "" : (", failed: " + one_line(e.value("error", json("")))).c_str());
         if (e.value("ok", true)) print_message(reply);
       }
     } else if (!as_json && kind == "tool_decision") {
       print_for_terminal(stdout, "--- tool %s %s %s: %s (%s)\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
-                  one_line(e.value("args", json::object()), 2000).c_str(), e.value("decision", "").c_str(),
-                  e.value("reason", "").c_str());
+                         one_line(e.value("args", json::object()), 2000).c_str(), e.value("decision", "").c_str(),
+                         e.value("reason", "").c_str());
     } else if (!as_json && kind == "tool_result") {
-      print_for_terminal(stdout, "--- brokered result %s (%s): %s\n", e.value("id", "").c_str(), e.value("ok", false) ? "ok" : "failed",
-                  e.value("content", "").c_str());
+      print_for_terminal(stdout, "--- brokered result %s (%s): %s\n", e.value("id", "").c_str(),
+                         e.value("ok", false) ? "ok" : "failed", e.value("content", "").c_str());
     } else if (!as_json && kind == "tool_done") {
-      print_for_terminal(stdout, "--- tool done %s %s: %s, %s bytes%s\n", e.value("id", "").c_str(), e.value("tool", "").c_str(),
-                  e.value("ok", false) ? "ok" : "failed", one_line(e.value("bytes", json(0))).c_str(),
-                  e.value("error", "").empty() ? "" : (" (" + e.value("error", "") + ")").c_str());
+      print_for_terminal(stdout, "--- tool done %s %s: %s, %s bytes%s\n", e.value("id", "").c_str(),
+                         e.value("tool", "").c_str(), e.value("ok", false) ? "ok" : "failed",
+                         one_line(e.value("bytes", json(0))).c_str(),
+                         e.value("error", "").empty() ? "" : (" (" + e.value("error", "") + ")").c_str());
     } else if (!as_json && (kind == "budget" || kind == "kill" || kind == "cancel" || kind == "failure")) {
       print_for_terminal(stdout, "--- %s: %s\n", kind.c_str(), e.value("reason", "").c_str());
     }
@@ -223,8 +231,8 @@ int conversation(const std::string& id, const std::string& transcript_dir, const
     print_for_terminal(stdout, "%s\n", history.dump(2).c_str());
   } else if (doc.contains("envelope") && doc["envelope"].is_object()) {
     const json& env = doc["envelope"];
-    print_for_terminal(stdout, "=== envelope: %s (%s)\n%s\n", env.value("status", "").c_str(), env.value("reason", "").c_str(),
-                one_line(env.value("answer", json("")), 1u << 20).c_str());
+    print_for_terminal(stdout, "=== envelope: %s (%s)\n%s\n", env.value("status", "").c_str(),
+                       env.value("reason", "").c_str(), one_line(env.value("answer", json("")), 1u << 20).c_str());
   }
   std::fflush(stdout);
   return 0;
@@ -242,18 +250,30 @@ int cmd_audit(Args args) {
       if (flag == "-h" || flag == "--help") {
         std::fputs(kAuditHelp, stdout);
         return 0;
-      } else if (flag == "--file") file = args.value(flag);
-      else if (flag == "--child") f.child = args.value(flag);
-      else if (flag == "--tool") f.tool = args.value(flag);
-      else if (flag == "--decision") f.decision = args.value(flag);
-      else if (flag == "--event") f.event = args.value(flag);
-      else if (flag == "--parent") f.parent = args.value(flag);
-      else if (flag == "--preset") f.preset = args.value(flag);
-      else if (flag == "--json") as_json = true;
-      else if (flag == "--children") children = true;
-      else if (flag == "--conversation") conversation_id = args.value(flag);
-      else if (flag == "--transcript-dir") transcript_dir = args.value(flag);
-      else throw UsageError("unknown option '" + flag + "' (see audit --help)");
+      } else if (flag == "--file")
+        file = args.value(flag);
+      else if (flag == "--child")
+        f.child = args.value(flag);
+      else if (flag == "--tool")
+        f.tool = args.value(flag);
+      else if (flag == "--decision")
+        f.decision = args.value(flag);
+      else if (flag == "--event")
+        f.event = args.value(flag);
+      else if (flag == "--parent")
+        f.parent = args.value(flag);
+      else if (flag == "--preset")
+        f.preset = args.value(flag);
+      else if (flag == "--json")
+        as_json = true;
+      else if (flag == "--children")
+        children = true;
+      else if (flag == "--conversation")
+        conversation_id = args.value(flag);
+      else if (flag == "--transcript-dir")
+        transcript_dir = args.value(flag);
+      else
+        throw UsageError("unknown option '" + flag + "' (see audit --help)");
     }
     if (as_json && children) throw UsageError("--json and --children do not go together");
     if (conversation_id.empty() && !transcript_dir.empty())
@@ -273,8 +293,10 @@ int cmd_audit(Args args) {
   std::error_code exists_ec;
   if (!fs::exists(path, exists_ec)) {
     if (file.empty())
-      print_for_terminal(stderr, "subagent-supervisor audit: no child has run yet: there is no audit log at %s (run, "
-                                 "serve and mcp write it; --file names another)\n", path.c_str());
+      print_for_terminal(stderr,
+                         "subagent-supervisor audit: no child has run yet: there is no audit log at %s (run, "
+                         "serve and mcp write it; --file names another)\n",
+                         path.c_str());
     else
       print_for_terminal(stderr, "subagent-supervisor audit: there is no audit log at %s\n", path.c_str());
     return 1;
@@ -305,7 +327,8 @@ int cmd_audit(Args args) {
       std::string list;
       for (std::size_t i = 0; i < ids.size() && i < 20; ++i) list += "\n  " + ids[i];
       if (ids.size() > 20) list += "\n  ... and " + std::to_string(ids.size() - 20) + " more";
-      print_for_terminal(stderr, "subagent-supervisor audit: --child '%s' matches %zu children; give more of the id:%s\n",
+      print_for_terminal(stderr,
+                         "subagent-supervisor audit: --child '%s' matches %zu children; give more of the id:%s\n",
                          f.child.c_str(), ids.size(), list.c_str());
       return kUsageError;
     }
@@ -346,7 +369,7 @@ int cmd_audit(Args args) {
       ++it->second.events;
     } else {
       print_for_terminal(stdout, "%s  %s  %-10s %-13s %s\n", l.value("time", "").c_str(), l.value("child", "").c_str(),
-                  l.value("preset", "").c_str(), l.value("event", "").c_str(), describe(l).c_str());
+                         l.value("preset", "").c_str(), l.value("event", "").c_str(), describe(l).c_str());
     }
   }
   if (in.bad()) {
@@ -356,12 +379,13 @@ int cmd_audit(Args args) {
   if (children)
     for (const auto& id : order) {
       const auto& c = seen[id];
-      print_for_terminal(stdout, "%s  preset %s  parent %s  first %s  %zu matching event%s\n", id.c_str(), c.preset.c_str(),
-                  c.parent.empty() ? "-" : c.parent.c_str(), c.first_time.c_str(), c.events, c.events == 1 ? "" : "s");
+      print_for_terminal(stdout, "%s  preset %s  parent %s  first %s  %zu matching event%s\n", id.c_str(),
+                         c.preset.c_str(), c.parent.empty() ? "-" : c.parent.c_str(), c.first_time.c_str(), c.events,
+                         c.events == 1 ? "" : "s");
     }
   if (unreadable)
-    print_for_terminal(stderr, "subagent-supervisor audit: skipped %zu line%s of %s that were not JSON objects\n", unreadable,
-                 unreadable == 1 ? "" : "s", path.c_str());
+    print_for_terminal(stderr, "subagent-supervisor audit: skipped %zu line%s of %s that were not JSON objects\n",
+                       unreadable, unreadable == 1 ? "" : "s", path.c_str());
   std::fflush(stdout);
   if (!matched) print_for_terminal(stderr, "subagent-supervisor audit: no event in %s matches\n", path.c_str());
   return matched ? 0 : 1;

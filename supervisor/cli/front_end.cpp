@@ -9,7 +9,8 @@
 namespace supervisor::cli {
 namespace fs = std::filesystem;
 
-const char* const kFrontEndFlagsHelp = R"(  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
+const char* const kFrontEndFlagsHelp =
+    R"(  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
   --workspace DIR          default workspace for spawns that name none (default: the current directory)
   --allow-unsafe-workspace let "/", the home directory itself or a system directory (/etc, /usr, ...)
                            be a workspace (refused by default; see policies/README.md)
@@ -36,31 +37,48 @@ FrontEndOptions::FrontEndOptions() {
 }
 
 bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) {
-  if (f == "--model") o.base.default_model = args.value(f);
-  else if (f == "--workspace") o.default_workspace = fs::absolute(args.value(f));
-  else if (f == "--policy-dir") o.policy_dir = args.value(f);
-  else if (f == "--allow-unsafe-workspace") o.base.allow_unsafe_workspace = true;
-  else if (f == "--child") o.child = args.value(f);
-  else if (f == "--child-arg") o.base.child_args.push_back(args.value(f));
-  else if (f == "--max-concurrent") o.base.max_concurrent = args.number(f);
-  else if (f == "--max-per-turn") o.base.max_per_turn = args.number(f);
+  if (f == "--model")
+    o.base.default_model = args.value(f);
+  else if (f == "--workspace")
+    o.default_workspace = fs::absolute(args.value(f));
+  else if (f == "--policy-dir")
+    o.policy_dir = args.value(f);
+  else if (f == "--allow-unsafe-workspace")
+    o.base.allow_unsafe_workspace = true;
+  else if (f == "--child")
+    o.child = args.value(f);
+  else if (f == "--child-arg")
+    o.base.child_args.push_back(args.value(f));
+  else if (f == "--max-concurrent")
+    o.base.max_concurrent = args.number(f);
+  else if (f == "--max-per-turn")
+    o.base.max_per_turn = args.number(f);
   else if (f == "--approval-timeout") {
     try {
       o.base.approval_timeout = parse_duration(args.value(f));
     } catch (const std::invalid_argument& e) {
       throw UsageError(f + ": " + e.what());
     }
-  }
-  else if (f == "--state-dir") o.base.workspaces.state_dir = fs::absolute(args.value(f));
-  else if (f == "--lock-dir") o.base.workspaces.lock_dir = fs::absolute(args.value(f));
-  else if (f == "--max-line") o.max_line = args.number(f);
-  else if (f == "--transcript-dir") o.transcript_dir = args.value(f);
-  else if (f == "--keep-transcripts") o.keep_transcripts = args.number(f);
-  else if (f == "--no-transcript") o.no_transcript = true;
-  else if (f == "--audit-log") o.audit_file = args.value(f);
-  else if (f == "--redact") o.redact.push_back(args.value(f));
-  else if (f == "--search-endpoint") o.base.search_endpoint = args.value(f);
-  else return false;
+  } else if (f == "--state-dir")
+    o.base.workspaces.state_dir = fs::absolute(args.value(f));
+  else if (f == "--lock-dir")
+    o.base.workspaces.lock_dir = fs::absolute(args.value(f));
+  else if (f == "--max-line")
+    o.max_line = args.number(f);
+  else if (f == "--transcript-dir")
+    o.transcript_dir = args.value(f);
+  else if (f == "--keep-transcripts")
+    o.keep_transcripts = args.number(f);
+  else if (f == "--no-transcript")
+    o.no_transcript = true;
+  else if (f == "--audit-log")
+    o.audit_file = args.value(f);
+  else if (f == "--redact")
+    o.redact.push_back(args.value(f));
+  else if (f == "--search-endpoint")
+    o.base.search_endpoint = args.value(f);
+  else
+    return false;
   return true;
 }
 

@@ -86,13 +86,13 @@ std::string install_layout_report() {
   if (p.exe.empty())
     return "/proc/self/exe cannot be read (is /proc mounted?), so this program cannot find the files installed "
            "with it: pass --child PATH and --policy-dir DIR.";
-  std::string r = p.exe.string() + " looks for the files installed with it relative to itself: the child " +
-                  p.installed_child.string() + " (" + found(executable_file(p.installed_child)) + ")" +
-                  (p.build_tree ? " or " + p.sibling_child.string() + " (" +
-                                      found(executable_file(p.sibling_child)) + ", the build tree's)"
-                                : std::string()) +
-                  ", the presets in " +
-                  p.installed_policies.string() + "/ (" + found(directory(p.installed_policies)) + ")";
+  std::string r =
+      p.exe.string() + " looks for the files installed with it relative to itself: the child " +
+      p.installed_child.string() + " (" + found(executable_file(p.installed_child)) + ")" +
+      (p.build_tree
+           ? " or " + p.sibling_child.string() + " (" + found(executable_file(p.sibling_child)) + ", the build tree's)"
+           : std::string()) +
+      ", the presets in " + p.installed_policies.string() + "/ (" + found(directory(p.installed_policies)) + ")";
   if (p.build_tree) r += std::string(" or ") + SUBAGENT_SOURCE_POLICY_DIR + "/ (the checkout this build came from)";
   r += ". To fix: install with `cmake --install BUILD_DIR --prefix PREFIX`, which puts them in place (README.md, "
        "Install; a binary copied on its own has neither), or pass --child PATH and --policy-dir DIR (or set "

@@ -77,7 +77,8 @@ int cmd_mcp(Args args) {
     if (std::find(available.begin(), available.end(), n) == available.end())
       throw UsageError("--presets: no preset '" + n + "' in " + opts.base.policy_dir.string());
   for (const auto& n : available) {
-    if (!s.preset_filter.empty() && std::find(s.preset_filter.begin(), s.preset_filter.end(), n) == s.preset_filter.end())
+    if (!s.preset_filter.empty() &&
+        std::find(s.preset_filter.begin(), s.preset_filter.end(), n) == s.preset_filter.end())
       continue;
     try {
       s.presets.push_back(load_preset(n, opts.base.policy_dir));

@@ -125,12 +125,10 @@ class TerminalApprover {
   TerminalApprover(boost::asio::io_context& io, int tty) : tty_(io, tty) {}
   void ask(const ApprovalRequest& r, ApprovalReply reply) {
     // The tool and its arguments are the model's; the description is the parent's.
-    print_for_terminal(stderr, "\n[subagent:%s] %s%s%s asks to run %s %s\n  (%s)\n  allow? [y/N] ",
-                       r.child_id.c_str(), r.preset.c_str(), r.description.empty() ? "" : ": ",
-                       escape_for_terminal(r.description, false).c_str(),
-                       escape_for_terminal(r.tool, false).c_str(),
-                       r.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
-                       r.rule.c_str());
+    print_for_terminal(stderr, "\n[subagent:%s] %s%s%s asks to run %s %s\n  (%s)\n  allow? [y/N] ", r.child_id.c_str(),
+                       r.preset.c_str(), r.description.empty() ? "" : ": ",
+                       escape_for_terminal(r.description, false).c_str(), escape_for_terminal(r.tool, false).c_str(),
+                       r.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), r.rule.c_str());
     std::fflush(stderr);
     waiting_.push_back(std::move(reply));
     if (waiting_.size() == 1) read();
@@ -160,9 +158,12 @@ constexpr std::uint64_t kMaxDenialLines = 256;
 
 std::string human(std::uint64_t n) {
   char buf[32];
-  if (n >= 1'000'000) std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
-  else if (n >= 10'000) std::snprintf(buf, sizeof buf, "%.1fk", static_cast<double>(n) / 1e3);
-  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  if (n >= 1'000'000)
+    std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
+  else if (n >= 10'000)
+    std::snprintf(buf, sizeof buf, "%.1fk", static_cast<double>(n) / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
   return buf;
 }
 
@@ -189,45 +190,76 @@ int cmd_run(Args args) {
         std::fputs("\n", stdout);
         std::fputs(kExitStatusTable, stdout);
         return 0;
-      } else if (f == "--preset") preset_name = args.value(f);
-      else if (f == "--workspace") workspace = args.value(f);
-      else if (f == "--allow-unsafe-workspace") allow_unsafe_workspace = true;
-      else if (f == "--brief") brief = args.value(f), have_brief = true;
-      else if (f == "--brief-file") brief = read_all(args.value(f)), have_brief = true;
-      else if (f == "--description") description = args.value(f);
-      else if (f == "--model") model = args.value(f);
-      else if (f == "--max-steps") o.max_steps = args.number(f);
-      else if (f == "--max-tool-calls") o.max_tool_calls = args.number(f);
-      else if (f == "--max-tokens") o.max_tokens = args.number(f);
-      else if (f == "--max-thinking-tokens") o.max_thinking_tokens = args.number(f);
-      else if (f == "--max-cost-usd") o.max_cost_usd = usd_of(f, args.value(f));
-      else if (f == "--timeout") o.timeout_ms = ms_of(f, args.value(f));
-      else if (f == "--wrap-up-grace") o.wrap_up_grace_ms = ms_of(f, args.value(f));
-      else if (f == "--summary-bytes") o.summary_bytes = args.number(f);
-      else if (f == "--answer-bytes") o.answer_bytes = args.number(f);
-      else if (f == "--policy-dir") policy_dir = args.value(f);
-      else if (f == "--child") child = args.value(f);
-      else if (f == "--child-arg") child_args.push_back(args.value(f));
-      else if (f == "--max-line") max_line = args.number(f);
-      else if (f == "--handshake-timeout") handshake_ms = ms_of(f, args.value(f));
-      else if (f == "--quiet") quiet = true;
-      else if (f == "--transcript-dir") transcript_dir = args.value(f);
-      else if (f == "--keep-transcripts") keep_transcripts = args.number(f);
-      else if (f == "--no-transcript") no_transcript = true;
-      else if (f == "--audit-log") audit_file = args.value(f);
-      else if (f == "--redact") redact.push_back(args.value(f));
+      } else if (f == "--preset")
+        preset_name = args.value(f);
+      else if (f == "--workspace")
+        workspace = args.value(f);
+      else if (f == "--allow-unsafe-workspace")
+        allow_unsafe_workspace = true;
+      else if (f == "--brief")
+        brief = args.value(f), have_brief = true;
+      else if (f == "--brief-file")
+        brief = read_all(args.value(f)), have_brief = true;
+      else if (f == "--description")
+        description = args.value(f);
+      else if (f == "--model")
+        model = args.value(f);
+      else if (f == "--max-steps")
+        o.max_steps = args.number(f);
+      else if (f == "--max-tool-calls")
+        o.max_tool_calls = args.number(f);
+      else if (f == "--max-tokens")
+        o.max_tokens = args.number(f);
+      else if (f == "--max-thinking-tokens")
+        o.max_thinking_tokens = args.number(f);
+      else if (f == "--max-cost-usd")
+        o.max_cost_usd = usd_of(f, args.value(f));
+      else if (f == "--timeout")
+        o.timeout_ms = ms_of(f, args.value(f));
+      else if (f == "--wrap-up-grace")
+        o.wrap_up_grace_ms = ms_of(f, args.value(f));
+      else if (f == "--summary-bytes")
+        o.summary_bytes = args.number(f);
+      else if (f == "--answer-bytes")
+        o.answer_bytes = args.number(f);
+      else if (f == "--policy-dir")
+        policy_dir = args.value(f);
+      else if (f == "--child")
+        child = args.value(f);
+      else if (f == "--child-arg")
+        child_args.push_back(args.value(f));
+      else if (f == "--max-line")
+        max_line = args.number(f);
+      else if (f == "--handshake-timeout")
+        handshake_ms = ms_of(f, args.value(f));
+      else if (f == "--quiet")
+        quiet = true;
+      else if (f == "--transcript-dir")
+        transcript_dir = args.value(f);
+      else if (f == "--keep-transcripts")
+        keep_transcripts = args.number(f);
+      else if (f == "--no-transcript")
+        no_transcript = true;
+      else if (f == "--audit-log")
+        audit_file = args.value(f);
+      else if (f == "--redact")
+        redact.push_back(args.value(f));
       else if (f == "--redact-file") {
         try {
           for (auto& v : load_redact_file(args.value(f))) redact.push_back(std::move(v));
         } catch (const std::runtime_error& e) {
           throw UsageError(std::string("--redact-file: ") + e.what());
         }
-      }
-      else if (f == "--parent") parent = args.value(f);
-      else if (f == "--search-endpoint") search_endpoint = args.value(f);
-      else if (f == "--state-dir") state_dir = args.value(f);
-      else if (f == "--lock-dir") lock_dir = args.value(f);
-      else throw UsageError("unknown option '" + f + "' (see run --help)");
+      } else if (f == "--parent")
+        parent = args.value(f);
+      else if (f == "--search-endpoint")
+        search_endpoint = args.value(f);
+      else if (f == "--state-dir")
+        state_dir = args.value(f);
+      else if (f == "--lock-dir")
+        lock_dir = args.value(f);
+      else
+        throw UsageError("unknown option '" + f + "' (see run --help)");
     }
     if (preset_name.empty()) throw UsageError("--preset is required (see run --help)");
     if (workspace.empty()) throw UsageError("--workspace is required");
@@ -314,8 +346,10 @@ int cmd_run(Args args) {
     std::fprintf(stderr, "subagent-supervisor run: [subagent:%s] denied %s (%s): %s\n", field("child").c_str(),
                  field("tool").c_str(), field("rule").c_str(), field("reason").c_str());
     if (denial_lines == kMaxDenialLines)
-      std::fprintf(stderr, "subagent-supervisor run: [subagent:%s] (more denials are not shown; the envelope's "
-                           "tools_denied counts them all)\n", field("child").c_str());
+      std::fprintf(stderr,
+                   "subagent-supervisor run: [subagent:%s] (more denials are not shown; the envelope's "
+                   "tools_denied counts them all)\n",
+                   field("child").c_str());
   };
   hc.on_waiting = [&](const std::string& id, const std::string& why) {
     if (quiet) return;
@@ -332,11 +366,10 @@ int cmd_run(Args args) {
     t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
     hc.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
   }
-  hc.audit = std::make_shared<AuditLog>(
-      AuditOptions{!audit_file.empty()  ? fs::path(audit_file)
-                   : hc.transcripts     ? hc.transcripts->dir() / "audit.jsonl"
-                                        : default_audit_file()},
-      scrubber);
+  hc.audit = std::make_shared<AuditLog>(AuditOptions{!audit_file.empty() ? fs::path(audit_file)
+                                                     : hc.transcripts    ? hc.transcripts->dir() / "audit.jsonl"
+                                                                         : default_audit_file()},
+                                        scrubber);
   if (tty) {
     hc.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",

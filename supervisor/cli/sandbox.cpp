@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSandboxHelp = R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose]
+constexpr const char* kSandboxHelp =
+    R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose]
                                   [--as-pid-1] [--allow-unsafe-workspace] -- CMD [ARGS...]
 
 Runs CMD under exactly the sandbox a child of preset NAME gets (seccomp, Landlock, namespaces,
@@ -48,7 +49,7 @@ Layers the kernel lacks are listed on stderr; a layer the policy marks required 
 
 )";
 
-volatile sig_atomic_t g_child = -1;  // the init (or CMD as PID 1); -1 before launch and once it has ended
+volatile sig_atomic_t g_child = -1;   // the init (or CMD as PID 1); -1 before launch and once it has ended
 bool g_init = true;                   // the sandbox has the minimal init (no --as-pid-1)
 volatile sig_atomic_t g_signals = 0;  // SIGINT, SIGTERM and SIGHUP seen so far
 volatile sig_atomic_t g_pending = 0;  // a signal that came before the launch returned
@@ -108,8 +109,10 @@ void copy_available(Relay& r) {
       ssize_t w = ::write(r.to, buf + done, static_cast<std::size_t>(n - done));
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
-        std::fprintf(stderr, "subagent-supervisor sandbox: writing CMD's %s into its file failed: %s; "
-                     "the rest is dropped\n", r.name, std::strerror(errno));
+        std::fprintf(stderr,
+                     "subagent-supervisor sandbox: writing CMD's %s into its file failed: %s; "
+                     "the rest is dropped\n",
+                     r.name, std::strerror(errno));
         r.failed = true;
         break;
       }
@@ -195,16 +198,23 @@ int cmd_sandbox(Args args) {
       std::fputs("\n", stdout);
       std::fputs(kExitStatusTable, stdout);
       return 0;
-    } else if (*a == "--preset") preset_name = args.value(*a);
-    else if (*a == "--workspace") workspace = args.value(*a);
-    else if (*a == "--policy-dir") policy_dir = args.value(*a);
-    else if (*a == "--verbose" || *a == "-v") verbose = true;
-    else if (*a == "--allow-unsafe-workspace") allow_unsafe_workspace = true;
-    else if (*a == "--as-pid-1") as_pid_1 = true;
+    } else if (*a == "--preset")
+      preset_name = args.value(*a);
+    else if (*a == "--workspace")
+      workspace = args.value(*a);
+    else if (*a == "--policy-dir")
+      policy_dir = args.value(*a);
+    else if (*a == "--verbose" || *a == "-v")
+      verbose = true;
+    else if (*a == "--allow-unsafe-workspace")
+      allow_unsafe_workspace = true;
+    else if (*a == "--as-pid-1")
+      as_pid_1 = true;
     else if (*a == "--") {
       command = args.rest();
       break;
-    } else throw UsageError("unknown option '" + *a + "' (the command goes after --; see sandbox --help)");
+    } else
+      throw UsageError("unknown option '" + *a + "' (the command goes after --; see sandbox --help)");
   }
   if (preset_name.empty()) throw UsageError("--preset is required");
   if (command.empty()) throw UsageError("no command: put it after --, e.g. sandbox --preset explore -- /bin/ls");
@@ -242,7 +252,8 @@ int cmd_sandbox(Args args) {
   // file gets a pipe in its place, copied here (outside the sandbox, by the user who redirected).
   std::vector<Relay> relays;
   std::vector<int> write_ends;
-  struct stat out_st {}, err_st {};
+  struct stat out_st {
+  }, err_st{};
   const bool out_file = ::fstat(STDOUT_FILENO, &out_st) == 0 && S_ISREG(out_st.st_mode);
   const bool err_file = ::fstat(STDERR_FILENO, &err_st) == 0 && S_ISREG(err_st.st_mode);
   // `> f 2>&1`: one pipe for both, so that their lines keep the order CMD wrote them in.
@@ -273,7 +284,8 @@ int cmd_sandbox(Args args) {
     sandbox::PlanPtr plan = sandbox::prepare(preset.sandbox, req);
     for (const auto& l : sandbox::layers(*plan)) {
       if (!l.applied)
-        std::fprintf(stderr, "subagent-supervisor sandbox: layer %s is not applied: %s\n", l.name.c_str(), l.detail.c_str());
+        std::fprintf(stderr, "subagent-supervisor sandbox: layer %s is not applied: %s\n", l.name.c_str(),
+                     l.detail.c_str());
       else if (verbose)
         std::fprintf(stderr, "subagent-supervisor sandbox: layer %s: %s\n", l.name.c_str(), l.detail.c_str());
     }

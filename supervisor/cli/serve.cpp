@@ -35,8 +35,10 @@ int cmd_serve(Args args) {
       std::fputs(kFrontEndFlagsHelp, stdout);
       return 0;
     }
-    if (f == "--drain") s.drain_on_eof = true;
-    else if (!parse_front_end_flag(args, f, o)) throw UsageError("unknown option '" + f + "' (see serve --help)");
+    if (f == "--drain")
+      s.drain_on_eof = true;
+    else if (!parse_front_end_flag(args, f, o))
+      throw UsageError("unknown option '" + f + "' (see serve --help)");
   }
   finish_front_end(o);
   s.base = o.base;

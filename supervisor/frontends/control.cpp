@@ -52,8 +52,9 @@ BudgetOverrides parse_limits(const json& j, const std::string& where) {
   if (j.is_null()) return o;
   if (!j.is_object()) throw BadRequest(where + ": must be an object");
   const std::string w = where + ".";
-  only_keys(j, w, {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout", "summary_bytes",
-                   "answer_bytes", "max_cost_usd"});
+  only_keys(j, w,
+            {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout", "summary_bytes",
+             "answer_bytes", "max_cost_usd"});
   o.max_steps = count(j, "max_steps", w);
   o.max_tool_calls = count(j, "max_tool_calls", w);
   o.max_tokens = count(j, "max_tokens", w);
@@ -96,8 +97,9 @@ Scope parse_scope(const json& j) {
 }
 
 SpawnRequest parse_spawn(const json& j) {
-  only_keys(j, "", {"type", "id", "preset", "brief", "description", "workspace", "model", "limits", "tools", "domains",
-                    "background"});
+  only_keys(j, "",
+            {"type", "id", "preset", "brief", "description", "workspace", "model", "limits", "tools", "domains",
+             "background"});
   SpawnRequest r;
   r.preset = text(j, "preset", true);
   r.brief = text(j, "brief", true);
@@ -111,8 +113,9 @@ SpawnRequest parse_spawn(const json& j) {
 }
 
 json to_json(const Progress& p) {
-  return {{"steps", p.steps},           {"max_steps", p.max_steps}, {"tool_calls", p.tool_calls},
-          {"max_tool_calls", p.max_tool_calls}, {"tokens", p.tokens}, {"max_tokens", p.max_tokens},
+  return {{"steps", p.steps},           {"max_steps", p.max_steps},
+          {"tool_calls", p.tool_calls}, {"max_tool_calls", p.max_tool_calls},
+          {"tokens", p.tokens},         {"max_tokens", p.max_tokens},
           {"elapsed_ms", p.elapsed_ms}};
 }
 

@@ -56,8 +56,9 @@ Message classify(const json& j) {
 
 Message decode_line(std::string_view line) {
   if (!protocol::nesting_within(line))
-    return Invalid{nullptr, kParseError,
-                   "parse error: arrays and objects nested deeper than " + std::to_string(protocol::kMaxDepth) + " levels"};
+    return Invalid{
+        nullptr, kParseError,
+        "parse error: arrays and objects nested deeper than " + std::to_string(protocol::kMaxDepth) + " levels"};
   json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Invalid{nullptr, kParseError, "parse error: the line is not valid JSON"};
   return classify(j);
@@ -84,29 +85,28 @@ json request_message(const json& id, const std::string& method, json params) {
 namespace {
 
 json limits_schema() {
-  auto count = [](const char* what) {
-    return json{{"type", "integer"}, {"minimum", 1}, {"description", what}};
-  };
-  return {{"type", "object"},
-          {"description",
-           "Tighten the preset's budgets for this child (never widen: a value above the preset's is refused). "
-           "When a budget runs out the child is asked to wrap up and report what it has."},
-          {"properties",
-           {{"max_steps", count("model turns")},
-            {"max_tool_calls", count("tool calls")},
-            {"max_tokens", count("input + output tokens over the whole run")},
-            {"max_thinking_tokens", count("reasoning tokens")},
-            // anyOf rather than a type array: some hosts (Gemini CLI) warn about or drop type arrays.
-            {"timeout",
-             {{"anyOf", {{{"type", "integer"}, {"minimum", 1}}, {{"type", "string"}}}},
-              {"description", "wall time: seconds, or a duration such as \"90s\", \"5m\", \"1h\""}}},
-            {"max_cost_usd",
-             {{"type", "number"},
-              {"exclusiveMinimum", 0},
-              {"description", "estimated spend in US dollars at the model config's prices (needs a price for the model)"}}},
-            {"summary_bytes", count("cap on the envelope's summary")},
-            {"answer_bytes", count("cap on the envelope's answer")}}},
-          {"additionalProperties", false}};
+  auto count = [](const char* what) { return json{{"type", "integer"}, {"minimum", 1}, {"description", what}}; };
+  return {
+      {"type", "object"},
+      {"description",
+       "Tighten the preset's budgets for this child (never widen: a value above the preset's is refused). "
+       "When a budget runs out the child is asked to wrap up and report what it has."},
+      {"properties",
+       {{"max_steps", count("model turns")},
+        {"max_tool_calls", count("tool calls")},
+        {"max_tokens", count("input + output tokens over the whole run")},
+        {"max_thinking_tokens", count("reasoning tokens")},
+        // anyOf rather than a type array: some hosts (Gemini CLI) warn about or drop type arrays.
+        {"timeout",
+         {{"anyOf", {{{"type", "integer"}, {"minimum", 1}}, {{"type", "string"}}}},
+          {"description", "wall time: seconds, or a duration such as \"90s\", \"5m\", \"1h\""}}},
+        {"max_cost_usd",
+         {{"type", "number"},
+          {"exclusiveMinimum", 0},
+          {"description", "estimated spend in US dollars at the model config's prices (needs a price for the model)"}}},
+        {"summary_bytes", count("cap on the envelope's summary")},
+        {"answer_bytes", count("cap on the envelope's answer")}}},
+      {"additionalProperties", false}};
 }
 
 json child_id_schema(const char* what) {
@@ -125,15 +125,19 @@ const char* const kStates[] = {to_string(ChildState::queued), to_string(ChildSta
 json denials_schema() {
   return {{"type", "array"},
           {"maxItems", protocol::kMaxDenials},
-          {"description", "tool calls the supervisor refused, first ones first; the rest are counted in "
-                          "denials_omitted (tools_denied = listed + omitted)"},
+          {"description",
+           "tool calls the supervisor refused, first ones first; the rest are counted in "
+           "denials_omitted (tools_denied = listed + omitted)"},
           {"items",
            {{"type", "object"},
             {"properties",
              {{"tool", {{"type", "string"}}},
-              {"rule", {{"type", "string"}, {"description", "what refused it: tools.deny, tools.rules[N] {...}, "
-                                                             "blocked, not offered, wrap-up, ask: no approver, "
-                                                             "ask: declined by parent, ask: approval timed out"}}},
+              {"rule",
+               {{"type", "string"},
+                {"description",
+                 "what refused it: tools.deny, tools.rules[N] {...}, "
+                 "blocked, not offered, wrap-up, ask: no approver, "
+                 "ask: declined by parent, ask: approval timed out"}}},
               {"reason", {{"type", "string"}}}}},
             {"required", {"tool", "rule", "reason"}}}}};
 }
@@ -179,16 +183,19 @@ json annotations(const char* title, bool read_only, bool destructive, bool idemp
 std::string preset_line(const Preset& p) {
   std::string tools;
   for (const auto& t : offered_tools(p)) tools += (tools.empty() ? "" : ", ") + t;
-  std::string mode = p.workspace_mode == WorkspaceMode::read           ? "never writes the workspace"
-                     : p.workspace_mode == WorkspaceMode::write_locked ? "edits the workspace in place (one writer at a time)"
-                                                          : "works on an isolated copy and returns a patch (agent_apply)";
+  std::string mode = p.workspace_mode == WorkspaceMode::read ? "never writes the workspace"
+                     : p.workspace_mode == WorkspaceMode::write_locked
+                         ? "edits the workspace in place (one writer at a time)"
+                         : "works on an isolated copy and returns a patch (agent_apply)";
   const auto offered = offered_tools(p);
-  const bool web = std::any_of(offered.begin(), offered.end(), [](const std::string& t) { return t.rfind("web_", 0) == 0; });
-  std::string net = p.sandbox.network != sandbox::Network::none ? "network: " + std::string(to_string(p.sandbox.network))
+  const bool web =
+      std::any_of(offered.begin(), offered.end(), [](const std::string& t) { return t.rfind("web_", 0) == 0; });
+  std::string net = p.sandbox.network != sandbox::Network::none
+                        ? "network: " + std::string(to_string(p.sandbox.network))
                     : web ? "no network of its own; the web only through the supervisor's checked web tools"
                           : "no network";
-  return "- " + p.name + ": " + p.description + " Tools: " + (tools.empty() ? "none" : tools) + ". It " + mode +
-         "; " + net + ". Default budget " + std::to_string(p.budgets.max_steps) + " steps, " +
+  return "- " + p.name + ": " + p.description + " Tools: " + (tools.empty() ? "none" : tools) + ". It " + mode + "; " +
+         net + ". Default budget " + std::to_string(p.budgets.max_steps) + " steps, " +
          std::to_string(p.budgets.timeout_ms / 1000) + " s.";
 }
 
@@ -216,8 +223,9 @@ json tool_definitions(const std::vector<Preset>& presets) {
        "but the brief: put every fact it needs in the brief. Returns one capped result envelope (status, "
        "summary, answer with evidence, budget use, transcript path). With background=true it returns a "
        "child_id at once; read the result later with agent_output. Presets:\n" +
-           lines + "Tool calls a preset marks 'ask' are put to the user for approval when the client supports it, "
-                   "otherwise denied."},
+           lines +
+           "Tool calls a preset marks 'ask' are put to the user for approval when the client supports it, "
+           "otherwise denied."},
       {"inputSchema",
        {{"type", "object"},
         {"properties",
@@ -232,14 +240,13 @@ json tool_definitions(const std::vector<Preset>& presets) {
             {"description", "a short label (3-10 words), shown in approvals, lists and logs"}}},
           {"workspace",
            {{"type", "string"},
-            {"description", "directory the child works in (default: the server's workspace); must be inside an "
-                            "allowed root"}}},
+            {"description",
+             "directory the child works in (default: the server's workspace); must be inside an "
+             "allowed root"}}},
           {"model", {{"type", "string"}, {"description", "model spec (default: the server's --model)"}}},
           {"limits", limits_schema()},
           {"tools",
-           {{"type", "array"},
-            {"items", {{"type", "string"}}},
-            {"description", "narrow the preset's tools to these"}}},
+           {{"type", "array"}, {"items", {{"type", "string"}}}, {"description", "narrow the preset's tools to these"}}},
           {"domains",
            {{"type", "array"},
             {"items", {{"type", "string"}}},
@@ -253,10 +260,14 @@ json tool_definitions(const std::vector<Preset>& presets) {
       {"outputSchema",
        {{"type", "object"},
         {"description", "The envelope when the child ran to the end; {child_id, state} for a background spawn."},
-        {"properties", {{"child_id", {{"type", "string"}}}, {"state", {{"type", "string"}, {"enum", kStates}}},
-                        {"id", {{"type", "string"}}}, {"status", {{"type", "string"}, {"enum", kStatuses}}},
-                        {"tools_denied", {{"type", "integer"}, {"minimum", 0}}}, {"denials", denials_schema()},
-                        {"denials_omitted", {{"type", "integer"}, {"minimum", 0}}}}}}},
+        {"properties",
+         {{"child_id", {{"type", "string"}}},
+          {"state", {{"type", "string"}, {"enum", kStates}}},
+          {"id", {{"type", "string"}}},
+          {"status", {{"type", "string"}, {"enum", kStatuses}}},
+          {"tools_denied", {{"type", "integer"}, {"minimum", 0}}},
+          {"denials", denials_schema()},
+          {"denials_omitted", {{"type", "integer"}, {"minimum", 0}}}}}}},
       {"annotations", annotations("Delegate to a sandboxed subagent", false, any_writer || any_patch, false, true)}};
 
   json list = {{"name", "agent_list"},
@@ -314,22 +325,23 @@ json tool_definitions(const std::vector<Preset>& presets) {
        "apply even though the patch's review flags symlinks, mode changes, new executables or later-execution paths "
        "(hooks, CI, agent and editor configuration); only after reviewing them. Symlinks leaving the workspace are "
        "refused regardless"}};
-  json apply = {{"name", "agent_apply"},
-                {"title", "Apply a subagent's patch"},
-                {"description",
-                 "Apply the patch a finished worktree child (such as implementation) returned to the workspace it "
-                 "was spawned on. A patch that no longer applies is reported and nothing is changed. A patch whose review "
-                 "(the envelope's artifacts.patch.review) flags changes is refused unless allow_flagged is true."},
-                {"inputSchema", apply_in},
-                {"outputSchema",
-                 {{"type", "object"},
-                  {"properties",
-                   {{"child_id", {{"type", "string"}}},
-                    {"ok", {{"type", "boolean"}}},
-                    {"message", {{"type", "string"}}},
-                    {"files", {{"type", "array"}, {"items", {{"type", "string"}}}}}}},
-                  {"required", {"child_id", "ok", "message"}}}},
-                {"annotations", annotations("Apply a subagent's patch", false, true, false, false)}};
+  json apply = {
+      {"name", "agent_apply"},
+      {"title", "Apply a subagent's patch"},
+      {"description",
+       "Apply the patch a finished worktree child (such as implementation) returned to the workspace it "
+       "was spawned on. A patch that no longer applies is reported and nothing is changed. A patch whose review "
+       "(the envelope's artifacts.patch.review) flags changes is refused unless allow_flagged is true."},
+      {"inputSchema", apply_in},
+      {"outputSchema",
+       {{"type", "object"},
+        {"properties",
+         {{"child_id", {{"type", "string"}}},
+          {"ok", {{"type", "boolean"}}},
+          {"message", {{"type", "string"}}},
+          {"files", {{"type", "array"}, {"items", {{"type", "string"}}}}}}},
+        {"required", {"child_id", "ok", "message"}}}},
+      {"annotations", annotations("Apply a subagent's patch", false, true, false, false)}};
 
   return json::array({spawn, list, output, cancel, apply});
 }
@@ -344,7 +356,7 @@ json without_host_fields(json args) {
 
 SpawnArguments parse_spawn_arguments(const json& args) {
   if (!args.is_object()) throw BadRequest("arguments: must be an object");
-  static const char* const keys[] = {"preset", "brief",  "description", "workspace", "model",
+  static const char* const keys[] = {"preset", "brief", "description", "workspace", "model",
                                      "limits", "tools", "domains",     "background"};
   for (const auto& [k, v] : args.items())
     if (std::none_of(std::begin(keys), std::end(keys), [&](const char* x) { return k == x; }))

@@ -49,9 +49,9 @@ struct McpServer {
   std::unique_ptr<Hub> hub;
   bool elicitation = false;
   std::uint64_t next_request = 0;
-  std::map<std::string, ApprovalReply> pending_approvals;  // our request id (dumped) -> reply
+  std::map<std::string, ApprovalReply> pending_approvals;       // our request id (dumped) -> reply
   std::map<std::string, std::shared_ptr<SyncCall>> sync_calls;  // child id -> the tools/call waiting for it
-  std::multimap<std::string, Waiter> waiters;              // child id -> agent_output calls waiting
+  std::multimap<std::string, Waiter> waiters;                   // child id -> agent_output calls waiting
   asio::steady_timer heartbeat;
   bool heartbeat_running = false;
   bool ending = false;
@@ -70,7 +70,8 @@ struct McpServer {
       if (r.method == "initialize") return initialize(r);
       if (r.method == "ping") return send(mcp::result_message(r.id, json::object()));
       if (!hub) return error(r.id, mcp::kInvalidRequest, "the server is not initialized: send initialize first");
-      if (r.method == "tools/list") return send(mcp::result_message(r.id, {{"tools", mcp::tool_definitions(opts.presets)}}));
+      if (r.method == "tools/list")
+        return send(mcp::result_message(r.id, {{"tools", mcp::tool_definitions(opts.presets)}}));
       if (r.method == "tools/call") return call_tool(r);
       error(r.id, mcp::kMethodNotFound, "unknown method '" + r.method + "' (this server offers tools only)");
     } catch (const std::exception& e) {
@@ -86,7 +87,8 @@ struct McpServer {
   void handle(const mcp::Response& r) {
     auto it = pending_approvals.find(r.id.dump());
     if (it == pending_approvals.end()) {
-      std::fprintf(stderr, "subagent-supervisor mcp: a response to unknown request %s was ignored\n", r.id.dump().c_str());
+      std::fprintf(stderr, "subagent-supervisor mcp: a response to unknown request %s was ignored\n",
+                   r.id.dump().c_str());
       return;
     }
     ApprovalReply reply = std::move(it->second);
@@ -98,7 +100,8 @@ struct McpServer {
       return reply(false, "the client could not ask the user: " + why);
     }
     const json& res = r.result;
-    std::string action = res.is_object() && res.contains("action") && res["action"].is_string() ? res["action"].get<std::string>() : "";
+    std::string action =
+        res.is_object() && res.contains("action") && res["action"].is_string() ? res["action"].get<std::string>() : "";
     if (action == "accept") {
       const json content = res.value("content", json::object());
       bool yes = content.is_object() && content.contains("approve") && content["approve"] == true;
@@ -130,21 +133,24 @@ struct McpServer {
       cfg.parent = "mcp:" + p["clientInfo"]["name"].get<std::string>();
     else
       cfg.parent = "mcp";
-    if (elicitation) cfg.approver = [this](const ApprovalRequest& a, ApprovalReply reply) { ask_user(a, std::move(reply)); };
-    cfg.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str()); };
+    if (elicitation)
+      cfg.approver = [this](const ApprovalRequest& a, ApprovalReply reply) { ask_user(a, std::move(reply)); };
+    cfg.on_log = [](const std::string& line) {
+      std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str());
+    };
     cfg.on_progress = [this](const Progress& pr) { progress(pr.id); };
     hub = std::make_unique<Hub>(io, cfg);
 
     send(mcp::result_message(
-        r.id,
-        {{"protocolVersion", mcp::negotiate_version(p["protocolVersion"])},
-         {"capabilities", {{"tools", {{"listChanged", false}}}}},
-         {"serverInfo", {{"name", "subagent-supervisor"}, {"title", "Subagent supervisor"}, {"version", SUBAGENT_VERSION}}},
-         {"instructions",
-          "Delegate focused work to sandboxed subagents: agent_spawn runs one child on a brief (it sees nothing "
-          "else) with a preset's tools and budgets and returns one result envelope. Use background=true for "
-          "long jobs and read them with agent_output (wait_seconds); agent_cancel stops one; agent_apply applies "
-          "an implementation child's patch."}}));
+        r.id, {{"protocolVersion", mcp::negotiate_version(p["protocolVersion"])},
+               {"capabilities", {{"tools", {{"listChanged", false}}}}},
+               {"serverInfo",
+                {{"name", "subagent-supervisor"}, {"title", "Subagent supervisor"}, {"version", SUBAGENT_VERSION}}},
+               {"instructions",
+                "Delegate focused work to sandboxed subagents: agent_spawn runs one child on a brief (it sees nothing "
+                "else) with a preset's tools and budgets and returns one result envelope. Use background=true for "
+                "long jobs and read them with agent_output (wait_seconds); agent_cancel stops one; agent_apply applies "
+                "an implementation child's patch."}}));
   }
 
   void cancelled(const json& params) {
@@ -172,8 +178,8 @@ struct McpServer {
     json id = "approval-" + std::to_string(++next_request);
     pending_approvals[id.dump()] = std::move(reply);
     std::string args = protocol::cap_utf8(a.args.dump(), 2000).text;
-    std::string message = "Subagent " + a.child_id + " (" + a.preset + ": " + a.description + ") asks to use " + a.tool +
-                          " with " + args + ". Policy: " + a.rule + ". Allow it?";
+    std::string message = "Subagent " + a.child_id + " (" + a.preset + ": " + a.description + ") asks to use " +
+                          a.tool + " with " + args + ". Policy: " + a.rule + ". Allow it?";
     json schema = {{"type", "object"},
                    {"properties",
                     {{"approve",
@@ -187,8 +193,7 @@ struct McpServer {
   void progress(const std::string& child) {
     auto it = sync_calls.find(child);
     // Never after the result: a host drops the token with the answer and warns about the stray.
-    if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled ||
-        it->second->answered)
+    if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled || it->second->answered)
       return;
     auto info = hub->info(child);
     if (!info || info->state == ChildState::done || info->envelope) return;
@@ -201,9 +206,9 @@ struct McpServer {
                                     std::to_string(p.tool_calls) + " tool calls, " + std::to_string(p.tokens) +
                                     " tokens, " + std::to_string(p.elapsed_ms / 1000) + " s"
                               : to_string(info->state) + (info->waiting_for.empty() ? "" : ": " + info->waiting_for);
-    send(mcp::notification_message("notifications/progress", {{"progressToken", it->second->progress_token},
-                                                              {"progress", ++it->second->progress},
-                                                              {"message", message}}));
+    send(mcp::notification_message(
+        "notifications/progress",
+        {{"progressToken", it->second->progress_token}, {"progress", ++it->second->progress}, {"message", message}}));
   }
 
   // While a sync spawn with a progress token runs, a notification at least every few seconds keeps
@@ -256,8 +261,10 @@ struct McpServer {
           if (!args["reason"].is_string()) throw BadRequest("reason: must be a string");
           reason = args["reason"];
         }
-        if (!hub->cancel(child, reason)) return send(mcp::result_message(r.id, mcp::tool_error("no child '" + child + "'")));
-        return send(mcp::result_message(r.id, mcp::tool_result({{"child_id", child}, {"state", to_string(hub->info(child)->state)}})));
+        if (!hub->cancel(child, reason))
+          return send(mcp::result_message(r.id, mcp::tool_error("no child '" + child + "'")));
+        return send(mcp::result_message(
+            r.id, mcp::tool_result({{"child_id", child}, {"state", to_string(hub->info(child)->state)}})));
       }
       if (name == "agent_apply") {
         std::string child = mcp::parse_child_id(args, {"allow_flagged"});
@@ -325,7 +332,8 @@ struct McpServer {
     if (background) {
       auto info = hub->info(*child);
       return send(mcp::result_message(
-          request_id, mcp::tool_result({{"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}})));
+          request_id,
+          mcp::tool_result({{"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}})));
     }
     if (call->answered) return;
     sync_calls[*child] = call;
@@ -347,7 +355,8 @@ struct McpServer {
     std::uint64_t wait = mcp::parse_wait_seconds(args);
     auto info = hub->info(child);
     if (!info) return send(mcp::result_message(request_id, mcp::tool_error("no child '" + child + "'")));
-    if (info->state == ChildState::done || wait == 0) return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
+    if (info->state == ChildState::done || wait == 0)
+      return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
     auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(wait));
     auto it = waiters.emplace(child, Waiter{request_id, timer});
     timer->async_wait([this, child, timer](boost::system::error_code ec) {
@@ -390,10 +399,10 @@ void serve_mcp(McpConfig config) {
   asio::io_context io;
   const std::size_t max_line = config.max_line;
   McpServer s(io, std::move(config));
-  run_parent_loop(io, s.parent, max_line,
-                  {[&](const json& m) { s.on_message(m); },
-                   [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
-                   [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr});
+  run_parent_loop(
+      io, s.parent, max_line,
+      {[&](const json& m) { s.on_message(m); }, [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
+       [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr});
 }
 
 }  // namespace supervisor

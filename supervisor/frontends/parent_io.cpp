@@ -21,7 +21,8 @@ bool is_regular(int fd) {
 }
 }  // namespace
 
-std::shared_ptr<ParentIo> ParentIo::create(asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h) {
+std::shared_ptr<ParentIo> ParentIo::create(asio::io_context& io, int in_fd, int out_fd, std::size_t max_line,
+                                           Handlers h) {
   return std::shared_ptr<ParentIo>(new ParentIo(io, in_fd, out_fd, max_line, std::move(h)));
 }
 
@@ -54,8 +55,10 @@ void ParentIo::do_read() {
 
 void ParentIo::on_data(std::string_view data, bool eof) {
   std::vector<protocol::Frame> frames;
-  if (eof) reader_.finish(frames);
-  else reader_.feed(data, frames);
+  if (eof)
+    reader_.finish(frames);
+  else
+    reader_.feed(data, frames);
   for (auto& f : frames) {
     if (f.error != protocol::FrameError::none) {
       if (h_.on_bad_line)
@@ -94,10 +97,13 @@ void ParentIo::send(const nlohmann::json& msg) {
     return;
   }
   if (logs_dropped_ > 0) {
-    const std::string note = nlohmann::json{{"type", "log"}, {"child_id", ""},
+    const std::string note = nlohmann::json{{"type", "log"},
+                                            {"child_id", ""},
                                             {"line", "(" + std::to_string(logs_dropped_) +
                                                          " log lines dropped: the parent read more slowly than "
-                                                         "the children wrote)"}}.dump() + "\n";
+                                                         "the children wrote)"}}
+                                 .dump() +
+                             "\n";
     logs_dropped_ = 0;
     queued_bytes_ += note.size();
     queue_.push_back(note);

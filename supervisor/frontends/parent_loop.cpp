@@ -13,11 +13,12 @@ namespace supervisor {
 
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
                      ParentLoop loop) {
-  parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line,
-                            {loop.on_message, loop.on_bad_line, [&loop] {
-                               if (loop.on_eof) loop.on_eof();
-                               else loop.on_end(loop.eof_reason);
-                             }});
+  parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line, {loop.on_message, loop.on_bad_line, [&loop] {
+                                                                          if (loop.on_eof)
+                                                                            loop.on_eof();
+                                                                          else
+                                                                            loop.on_end(loop.eof_reason);
+                                                                        }});
   {
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     // The first signal ends the front end; later ones (Codex sends SIGTERM twice) are taken and
@@ -48,7 +49,8 @@ void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& par
   ::signal(SIGTERM, SIG_IGN);
 }
 
-void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent, const std::string& why) {
+void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent,
+                   const std::string& why) {
   auto finish = [&io, parent] { parent->flush([&io] { io.stop(); }); };
   if (!hub) return finish();
   hub->shutdown(why, finish);

@@ -16,7 +16,9 @@ namespace {
 
 struct Server {
   Server(boost::asio::io_context& ctx, ServeConfig config)
-      : io(ctx), base(std::move(config.base)), default_workspace(std::move(config.default_workspace)),
+      : io(ctx),
+        base(std::move(config.base)),
+        default_workspace(std::move(config.default_workspace)),
         drain_on_eof(config.drain_on_eof) {}
   boost::asio::io_context& io;
   HubConfig base;
@@ -70,7 +72,11 @@ struct Server {
           allow_flagged = m["allow_flagged"];
         }
         ApplyResult r = apply_patch(base.workspaces.state_dir, child, allow_flagged);
-        return parent->send({{"type", "applied"}, {"id", id}, {"child_id", child}, {"ok", r.ok}, {"message", r.message},
+        return parent->send({{"type", "applied"},
+                             {"id", id},
+                             {"child_id", child},
+                             {"ok", r.ok},
+                             {"message", r.message},
                              {"files", r.files}});
       }
       reply_error(id, "bad_request", "unknown request type '" + type + "'");
@@ -104,8 +110,13 @@ struct Server {
         if (draining) return reply(false, "denied: the parent closed its input, so nobody can answer (serve --drain)");
         std::string aid = "a" + std::to_string(++next_approval);
         pending_approvals[aid] = std::move(reply);
-        parent->send({{"type", "approval_request"}, {"approval_id", aid}, {"child_id", r.child_id},
-                      {"preset", r.preset}, {"description", r.description}, {"tool", r.tool}, {"args", r.args},
+        parent->send({{"type", "approval_request"},
+                      {"approval_id", aid},
+                      {"child_id", r.child_id},
+                      {"preset", r.preset},
+                      {"description", r.description},
+                      {"tool", r.tool},
+                      {"args", r.args},
                       {"rule", r.rule}});
       };
     }
@@ -119,7 +130,9 @@ struct Server {
     for (const auto& n : list_presets(cfg.policy_dir)) {
       try {
         Preset p = load_preset(n, cfg.policy_dir);
-        presets.push_back({{"name", p.name}, {"description", p.description}, {"tools", offered_tools(p)},
+        presets.push_back({{"name", p.name},
+                           {"description", p.description},
+                           {"tools", offered_tools(p)},
                            {"workspace_mode", to_string(p.workspace_mode)}});
       } catch (const std::exception&) {
       }
@@ -144,12 +157,17 @@ struct Server {
     auto child = std::make_shared<std::string>();
     *child = hub->spawn(req, [this, id, background, child](const protocol::Envelope& e) {
       json env = protocol::to_json(e);
-      if (background) parent->send({{"type", "child_done"}, {"child_id", *child}, {"envelope", env}});
-      else parent->send({{"type", "result"}, {"id", id}, {"child_id", *child}, {"envelope", env}});
+      if (background)
+        parent->send({{"type", "child_done"}, {"child_id", *child}, {"envelope", env}});
+      else
+        parent->send({{"type", "result"}, {"id", id}, {"child_id", *child}, {"envelope", env}});
     });
     if (background) {
       auto info = hub->info(*child);
-      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}});
+      parent->send({{"type", "spawned"},
+                    {"id", id},
+                    {"child_id", *child},
+                    {"state", to_string(info ? info->state : ChildState::done)}});
     }
   }
 
@@ -157,10 +175,14 @@ struct Server {
     std::string child = child_id(m);
     auto info = hub->info(child);
     if (!info) return reply_error(id, "unknown_child", "no child '" + child + "'");
-    json out = {{"type", "output"}, {"id", id}, {"child_id", child}, {"state", to_string(info->state)},
+    json out = {{"type", "output"},
+                {"id", id},
+                {"child_id", child},
+                {"state", to_string(info->state)},
                 {"budget_use", to_json(info->progress)}};
     out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
-    out["transcript"] = info->envelope && info->envelope->transcript ? json(*info->envelope->transcript) : json(nullptr);
+    out["transcript"] =
+        info->envelope && info->envelope->transcript ? json(*info->envelope->transcript) : json(nullptr);
     parent->send(out);
   }
 
@@ -169,11 +191,13 @@ struct Server {
     if (it == m.end() || !it->is_string()) throw BadRequest("approval_id: missing or not a string");
     auto p = pending_approvals.find(*it);
     if (p == pending_approvals.end())
-      return reply_error(id, "unknown_approval", "no pending approval '" + it->get<std::string>() + "' (answered or timed out)");
+      return reply_error(id, "unknown_approval",
+                         "no pending approval '" + it->get<std::string>() + "' (answered or timed out)");
     if (!m.contains("allow") || !m["allow"].is_boolean()) throw BadRequest("allow: must be true or false");
     ApprovalReply reply = std::move(p->second);
     pending_approvals.erase(p);
-    reply(m["allow"].get<bool>(), m.value("reason", std::string(m["allow"].get<bool>() ? "approved by the parent" : "denied by the parent")));
+    reply(m["allow"].get<bool>(),
+          m.value("reason", std::string(m["allow"].get<bool>() ? "approved by the parent" : "denied by the parent")));
   }
 
   void end(const std::string& why) {
@@ -203,12 +227,10 @@ void serve_control(ServeConfig config) {
   boost::asio::io_context io;
   const std::size_t max_line = config.max_line;
   Server s(io, std::move(config));
-  run_parent_loop(io, s.parent, max_line,
-                  {[&](const json& m) { s.on_message(m); },
-                   [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
-                   [&](const std::string& why) { s.end(why); },
-                   "the parent closed its input",
-                   [&] { s.end_of_input(); }});
+  run_parent_loop(
+      io, s.parent, max_line,
+      {[&](const json& m) { s.on_message(m); }, [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
+       [&](const std::string& why) { s.end(why); }, "the parent closed its input", [&] { s.end_of_input(); }});
 }
 
 }  // namespace supervisor

@@ -31,8 +31,9 @@ void check_base_url(const std::string& url, const std::string& where) {
   auto host_start = url.find("://") + 3;
   auto host_end = url.find_first_of("/?#", host_start);
   if (url.substr(host_start, host_end - host_start).find('@') != std::string::npos)
-    throw ModelSpecError(where + "base_url must not contain credentials; put the key in an environment variable "
-                                 "and name it in api_key_env");
+    throw ModelSpecError(where +
+                         "base_url must not contain credentials; put the key in an environment variable "
+                         "and name it in api_key_env");
 }
 
 ProviderConfig builtin(const std::string& type) {
@@ -134,9 +135,9 @@ ProviderConfig parse_provider(const std::string& name, const json& o, const std:
   p.retry_max_delay = std::chrono::milliseconds(r.number("retry_max_delay_ms", p.retry_max_delay.count()));
   p.max_retry_after = std::chrono::milliseconds(r.number("max_retry_after_ms", p.max_retry_after.count()));
   if (type == "openai") {
-    p.max_tokens_field = r.str("max_tokens_field", p.base_url.find("api.openai.com") != std::string::npos
-                                                       ? "max_completion_tokens"
-                                                       : "max_tokens");
+    p.max_tokens_field =
+        r.str("max_tokens_field",
+              p.base_url.find("api.openai.com") != std::string::npos ? "max_completion_tokens" : "max_tokens");
     if (p.max_tokens_field != "max_tokens" && p.max_tokens_field != "max_completion_tokens")
       throw ModelSpecError(where + "max_tokens_field must be \"max_tokens\" or \"max_completion_tokens\"");
     p.stream_usage = r.boolean("stream_usage", true);
@@ -189,7 +190,8 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
       throw ModelSpecError(source + ": " + it.key() + " is not a known field (expected \"providers\" or \"prices\")");
   if (auto pr = j.find("prices"); pr != j.end()) {
     if (!pr->is_object()) throw ModelSpecError(source + ": prices must be an object of model -> price");
-    for (auto it = pr->begin(); it != pr->end(); ++it) c.prices.emplace(it.key(), parse_price(it.key(), it.value(), source));
+    for (auto it = pr->begin(); it != pr->end(); ++it)
+      c.prices.emplace(it.key(), parse_price(it.key(), it.value(), source));
   }
   auto p = j.find("providers");
   if (p == j.end()) return c;
@@ -205,9 +207,12 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
 std::optional<fs::path> model_config_path() {
   if (std::string e = env("SUBAGENT_MODEL_CONFIG"); !e.empty()) return fs::path(e);
   fs::path base;
-  if (std::string x = env("XDG_CONFIG_HOME"); !x.empty()) base = x;
-  else if (std::string h = env("HOME"); !h.empty()) base = fs::path(h) / ".config";
-  else return std::nullopt;
+  if (std::string x = env("XDG_CONFIG_HOME"); !x.empty())
+    base = x;
+  else if (std::string h = env("HOME"); !h.empty())
+    base = fs::path(h) / ".config";
+  else
+    return std::nullopt;
   fs::path p = base / "subagent-supervisor" / "models.json";
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
@@ -250,7 +255,8 @@ ProviderConfig resolve_model_spec(const std::string& spec, const ModelConfig& co
   if (auto pr = config.prices.find(p.model); pr != config.prices.end()) p.price = pr->second;
   if (p.model.empty())
     throw ModelSpecError("model spec '" + spec + "' names no model (use " + name + ":MODEL" +
-                         (config.providers.count(name) ? " or set \"model\" in " + config.source : std::string()) + ")");
+                         (config.providers.count(name) ? " or set \"model\" in " + config.source : std::string()) +
+                         ")");
   check_base_url(p.base_url, "provider " + p.name + ": ");
   return p;
 }

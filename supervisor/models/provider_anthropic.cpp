@@ -40,8 +40,10 @@ json anthropic_request(const json& neutral, const json& specs, std::string& syst
                        const std::function<json(const std::string& first_tool_id)>& thinking_for) {
   json out = json::array();
   auto push = [&](const std::string& role, json block) {
-    if (!out.empty() && out.back()["role"] == role) out.back()["content"].push_back(std::move(block));
-    else out.push_back({{"role", role}, {"content", json::array({std::move(block)})}});
+    if (!out.empty() && out.back()["role"] == role)
+      out.back()["content"].push_back(std::move(block));
+    else
+      out.push_back({{"role", role}, {"content", json::array({std::move(block)})}});
   };
   for (const auto& m : neutral) {
     if (!m.is_object()) throw std::invalid_argument("a chat message is not an object");
@@ -103,7 +105,7 @@ json anthropic_tools(const json& specs) {
 namespace {
 
 struct Block {
-  std::string type;  // text | tool_use | thinking | redacted_thinking | other
+  std::string type;      // text | tool_use | thinking | redacted_thinking | other
   std::size_t call = 0;  // index into StreamState::calls for tool_use
   std::string thinking, signature, data;
 };
@@ -115,13 +117,14 @@ class AnthropicDecoder final : public detail::Decoder {
   void on_event(const SseEvent& ev, detail::StreamState& st) override {
     json j = protocol::nesting_within(ev.data) ? json::parse(ev.data, nullptr, false) : json(json::value_t::discarded);
     if (j.is_discarded() || !j.is_object()) {
-      st.fail("bad_response", "malformed JSON in stream event " + std::to_string(st.events) + ": " +
-                                  detail::printable(ev.data, 80));
+      st.fail("bad_response",
+              "malformed JSON in stream event " + std::to_string(st.events) + ": " + detail::printable(ev.data, 80));
       return;
     }
     const std::string type = j.value("type", ev.event);
     if (type == "message_start") {
-      const json& u = j.contains("message") && j["message"].is_object() ? j["message"].value("usage", json::object()) : json::object();
+      const json& u = j.contains("message") && j["message"].is_object() ? j["message"].value("usage", json::object())
+                                                                        : json::object();
       read_usage(u, st);
     } else if (type == "content_block_start") {
       const json& cb = j.value("content_block", json::object());
@@ -170,7 +173,8 @@ class AnthropicDecoder final : public detail::Decoder {
     } else if (type == "message_delta") {
       const json& d = j.value("delta", json::object());
       if (d.is_object())
-        if (auto r = d.find("stop_reason"); r != d.end() && r->is_string()) st.finish_reason = map_stop(r->get<std::string>());
+        if (auto r = d.find("stop_reason"); r != d.end() && r->is_string())
+          st.finish_reason = map_stop(r->get<std::string>());
       if (auto u = j.find("usage"); u != j.end() && u->is_object()) read_usage(*u, st);
     } else if (type == "message_stop") {
       st.finished = true;
@@ -179,7 +183,8 @@ class AnthropicDecoder final : public detail::Decoder {
       const std::string etype = e.is_object() ? e.value("type", "") : "";
       const std::string msg = e.is_object() ? e.value("message", "") : e.dump();
       st.retryable_error = etype == "overloaded_error" || etype == "api_error" || etype == "rate_limit_error";
-      st.fail("provider_error", "the server reported an error in the stream: " + etype + ": " + detail::printable(msg, 300));
+      st.fail("provider_error",
+              "the server reported an error in the stream: " + etype + ": " + detail::printable(msg, 300));
     }
     // ping, content_block_stop and event types added later are ignored.
   }
@@ -361,13 +366,14 @@ class AnthropicProvider final : public detail::StreamingProvider {
   static constexpr std::uint64_t kMinThinking = 1024;
   AnthropicDecoder* decoder_ = nullptr;
   std::map<std::string, json> thinking_;
-  std::vector<std::string> prev_;  // the previous request's messages, serialized (where the cache ends)
+  std::vector<std::string> prev_;      // the previous request's messages, serialized (where the cache ends)
   std::optional<std::size_t> anchor_;  // see place_breakpoints
 };
 
 }  // namespace
 
-std::unique_ptr<ModelProvider> make_anthropic_provider(boost::asio::io_context& io, ProviderConfig cfg, std::string key) {
+std::unique_ptr<ModelProvider> make_anthropic_provider(boost::asio::io_context& io, ProviderConfig cfg,
+                                                       std::string key) {
   return std::make_unique<AnthropicProvider>(io, std::move(cfg), std::move(key));
 }
 

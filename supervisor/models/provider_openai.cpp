@@ -32,12 +32,13 @@ json openai_messages(const json& neutral) {
         for (const auto& c : *tc) {
           if (!c.is_object()) continue;
           json args = c.value("arguments", json::object());
-          calls.push_back({{"id", c.value("id", "")},
-                           {"type", "function"},
-                           {"function",
-                            {{"name", c.value("name", "")},
-                             {"arguments", args.is_string() ? args.get<std::string>()
-                                                            : args.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
+          calls.push_back(
+              {{"id", c.value("id", "")},
+               {"type", "function"},
+               {"function",
+                {{"name", c.value("name", "")},
+                 {"arguments", args.is_string() ? args.get<std::string>()
+                                                : args.dump(-1, ' ', false, json::error_handler_t::replace)}}}});
         }
         a["tool_calls"] = std::move(calls);
       }
@@ -57,8 +58,9 @@ json openai_tools(const json& specs) {
     if (!s.is_object() || !s.contains("name")) continue;
     json params = s.value("input_schema", json::object());
     if (!params.is_object() || params.empty()) params = {{"type", "object"}, {"properties", json::object()}};
-    out.push_back({{"type", "function"},
-                   {"function", {{"name", s["name"]}, {"description", s.value("description", "")}, {"parameters", params}}}});
+    out.push_back(
+        {{"type", "function"},
+         {"function", {{"name", s["name"]}, {"description", s.value("description", "")}, {"parameters", params}}}});
   }
   return out;
 }
@@ -87,8 +89,8 @@ class OpenAiDecoder final : public detail::Decoder {
     }
     json j = protocol::nesting_within(ev.data) ? json::parse(ev.data, nullptr, false) : json(json::value_t::discarded);
     if (j.is_discarded() || !j.is_object()) {
-      st.fail("bad_response", "malformed JSON in stream event " + std::to_string(st.events) + ": " +
-                                  detail::printable(ev.data, 80));
+      st.fail("bad_response",
+              "malformed JSON in stream event " + std::to_string(st.events) + ": " + detail::printable(ev.data, 80));
       return;
     }
     if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
@@ -97,13 +99,17 @@ class OpenAiDecoder final : public detail::Decoder {
       return;
     }
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned()) st.input_tokens = p->get<std::uint64_t>();
-      if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_unsigned()) st.output_tokens = c->get<std::uint64_t>();
+      if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_unsigned())
+        st.input_tokens = p->get<std::uint64_t>();
+      if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_unsigned())
+        st.output_tokens = c->get<std::uint64_t>();
       if (auto d = u->find("completion_tokens_details"); d != u->end() && d->is_object())
-        if (auto r = d->find("reasoning_tokens"); r != d->end() && r->is_number_unsigned()) st.reasoning_tokens = r->get<std::uint64_t>();
+        if (auto r = d->find("reasoning_tokens"); r != d->end() && r->is_number_unsigned())
+          st.reasoning_tokens = r->get<std::uint64_t>();
       // prompt_tokens includes the cached part; OpenAI reports no cache writes (it caches by itself).
       if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
-        if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_unsigned()) st.cache_read_tokens = c->get<std::uint64_t>();
+        if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_unsigned())
+          st.cache_read_tokens = c->get<std::uint64_t>();
     }
     auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array() || choices->empty()) return;
@@ -138,8 +144,10 @@ class OpenAiDecoder final : public detail::Decoder {
         return;
       }
       std::size_t index = st.calls.size();
-      if (auto i = tc.find("index"); i != tc.end() && i->is_number_unsigned()) index = i->get<std::size_t>();
-      else if (!st.calls.empty() && !tc.contains("id")) index = st.calls.size() - 1;  // servers that omit index
+      if (auto i = tc.find("index"); i != tc.end() && i->is_number_unsigned())
+        index = i->get<std::size_t>();
+      else if (!st.calls.empty() && !tc.contains("id"))
+        index = st.calls.size() - 1;  // servers that omit index
       if (index > st.calls.size() || index > 128) {
         st.fail("bad_response", "tool-call delta index " + std::to_string(index) + " skips ahead");
         return;

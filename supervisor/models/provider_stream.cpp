@@ -18,7 +18,9 @@ namespace {
 // below the real count for ordinary text, so an honest stream is not cut before the server's own cap.
 std::uint64_t count(std::uint64_t deltas, std::uint64_t bytes) { return std::max(deltas, (bytes + 7) / 8); }
 
-bool retryable_status(long s) { return s == 408 || s == 409 || s == 425 || s == 429 || s == 529 || (s >= 500 && s <= 599 && s != 501); }
+bool retryable_status(long s) {
+  return s == 408 || s == 409 || s == 425 || s == 429 || s == 529 || (s >= 500 && s <= 599 && s != 501);
+}
 
 std::optional<milliseconds> parse_retry_after(const http::Response& r) {
   if (std::string ms = r.header("retry-after-ms"); !ms.empty()) {
@@ -42,8 +44,10 @@ std::string server_message(const std::string& body) {
     const json* m = nullptr;
     if (j.is_object()) {
       if (auto e = j.find("error"); e != j.end()) {
-        if (e->is_string()) m = &*e;
-        else if (e->is_object() && e->contains("message")) m = &(*e)["message"];
+        if (e->is_string())
+          m = &*e;
+        else if (e->is_object() && e->contains("message"))
+          m = &(*e)["message"];
       }
       if (!m && j.contains("message")) m = &j["message"];
       if (!m && j.contains("detail")) m = &j["detail"];
@@ -90,15 +94,21 @@ std::string content_text(const json& c) {
   if (c.is_array()) {  // [{type:"text", text}] parts
     std::string out;
     for (const auto& p : c)
-      if (p.is_object() && p.contains("text") && p["text"].is_string()) out += p["text"].get<std::string>();
-      else if (p.is_string()) out += p.get<std::string>();
+      if (p.is_object() && p.contains("text") && p["text"].is_string())
+        out += p["text"].get<std::string>();
+      else if (p.is_string())
+        out += p.get<std::string>();
     return out;
   }
   return c.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 StreamingProvider::StreamingProvider(boost::asio::io_context& io, ProviderConfig cfg, std::string key)
-    : cfg_(std::move(cfg)), key_(std::move(key)), io_(io), client_(http::Client::of(io)), timer_(io),
+    : cfg_(std::move(cfg)),
+      key_(std::move(key)),
+      io_(io),
+      client_(http::Client::of(io)),
+      timer_(io),
       rng_(std::random_device{}()) {}
 
 StreamingProvider::~StreamingProvider() {
@@ -134,7 +144,8 @@ void StreamingProvider::attempt() {
     fail("provider_error", where() + ": the child's deadline passed before the model answered");
     return;
   }
-  std::uint64_t out_cap = call_.max_tokens ? std::min(call_.max_tokens, cfg_.max_output_tokens) : cfg_.max_output_tokens;
+  std::uint64_t out_cap =
+      call_.max_tokens ? std::min(call_.max_tokens, cfg_.max_output_tokens) : cfg_.max_output_tokens;
   std::uint64_t thinking_cap = 0;
   Wire w;
   request_notes_ = json::object();
@@ -217,8 +228,9 @@ void StreamingProvider::on_done(http::Response r) {
   }
   if (!r.completed()) {
     const bool nothing_yet = r.status == 0 && st.events == 0;
-    const bool transient = r.failure == http::Failure::connect ||
-                           (nothing_yet && (r.failure == http::Failure::stalled || r.failure == http::Failure::timeout));
+    const bool transient =
+        r.failure == http::Failure::connect ||
+        (nothing_yet && (r.failure == http::Failure::stalled || r.failure == http::Failure::timeout));
     if (transient && nothing_yet && retry(std::nullopt, why_not)) return;
     switch (r.failure) {
       case http::Failure::too_large:
@@ -247,8 +259,10 @@ void StreamingProvider::on_done(http::Response r) {
   if (sse_mode_ && !*sse_mode_) {
     std::string m = server_message(raw_);
     json j = protocol::nesting_within(raw_) ? json::parse(raw_, nullptr, false) : json(json::value_t::discarded);
-    if (!j.is_discarded() && j.is_object() && j.contains("error")) fail("provider_error", scrub(where() + ": " + m));
-    else fail("bad_response", where() + ": expected an event stream (\"stream\": true) but got a plain JSON body");
+    if (!j.is_discarded() && j.is_object() && j.contains("error"))
+      fail("provider_error", scrub(where() + ": " + m));
+    else
+      fail("bad_response", where() + ": expected an event stream (\"stream\": true) but got a plain JSON body");
     return;
   }
   if (!st.finished && (st.finish_reason.empty() || sse_->partial())) {
@@ -273,10 +287,12 @@ bool StreamingProvider::retry(std::optional<milliseconds> retry_after, std::stri
     }
     delay = *retry_after + milliseconds(std::uniform_int_distribution<int>(0, 100)(rng_));
   } else {
-    const double backoff = std::min<double>(static_cast<double>(cfg_.retry_max_delay.count()),
-                                            static_cast<double>(cfg_.retry_base_delay.count()) * std::ldexp(1.0, static_cast<int>(attempt_)));
+    const double backoff = std::min<double>(
+        static_cast<double>(cfg_.retry_max_delay.count()),
+        static_cast<double>(cfg_.retry_base_delay.count()) * std::ldexp(1.0, static_cast<int>(attempt_)));
     // "Equal jitter": half fixed, half random, so retries from many children spread out.
-    delay = milliseconds(static_cast<std::int64_t>(backoff / 2 + std::uniform_real_distribution<double>(0, backoff / 2)(rng_)));
+    delay = milliseconds(
+        static_cast<std::int64_t>(backoff / 2 + std::uniform_real_distribution<double>(0, backoff / 2)(rng_)));
   }
   if (steady_clock::now() + delay >= call_.deadline) {
     why_not = " (not retried: waiting " + std::to_string(delay.count()) + " ms would pass the child's deadline)";
@@ -336,16 +352,22 @@ void StreamingProvider::complete_ok() {
   if (!reply.ok) reply.error_message = where() + ": " + reply.error_message;
   // Usage: what the server reported, else what was counted. A cut stream reports what was kept.
   const std::uint64_t counted = std::max(st.out_deltas, estimate_tokens(st.out_bytes));
-  if (st.input_tokens) reply.usage.input_tokens = *st.input_tokens;
-  else reply.usage.input_tokens = estimate_tokens(request_bytes_);
-  if (st.output_tokens && !st.cut) reply.usage.output_tokens = *st.output_tokens;
-  else reply.usage.output_tokens = std::min(st.cut ? count(st.out_deltas, st.out_bytes) : counted, st.out_cap ? st.out_cap : counted);
+  if (st.input_tokens)
+    reply.usage.input_tokens = *st.input_tokens;
+  else
+    reply.usage.input_tokens = estimate_tokens(request_bytes_);
+  if (st.output_tokens && !st.cut)
+    reply.usage.output_tokens = *st.output_tokens;
+  else
+    reply.usage.output_tokens =
+        std::min(st.cut ? count(st.out_deltas, st.out_bytes) : counted, st.out_cap ? st.out_cap : counted);
   const std::uint64_t seen_thinking = std::max(st.reasoning_deltas, estimate_tokens(st.reasoning_bytes));
   if (st.reasoning_tokens && !st.cut) {
     reply.usage.reasoning_tokens = *st.reasoning_tokens;
   } else if (st.derive_reasoning && st.output_tokens && !st.cut) {
     const std::uint64_t visible = estimate_tokens(st.out_bytes - st.reasoning_bytes);
-    reply.usage.reasoning_tokens = std::max(seen_thinking, *st.output_tokens > visible ? *st.output_tokens - visible : 0);
+    reply.usage.reasoning_tokens =
+        std::max(seen_thinking, *st.output_tokens > visible ? *st.output_tokens - visible : 0);
   } else {
     reply.usage.reasoning_tokens = seen_thinking;
   }
@@ -372,7 +394,8 @@ void StreamingProvider::fail(std::string code, std::string message) {
     // Tokens the server did produce still count against the budget.
     reply.usage.input_tokens = st_->input_tokens.value_or(0);
     reply.usage.output_tokens = st_->output_tokens.value_or(count(st_->out_deltas, st_->out_bytes));
-    reply.usage.reasoning_tokens = std::min(reply.usage.output_tokens, st_->reasoning_tokens.value_or(st_->reasoning_deltas));
+    reply.usage.reasoning_tokens =
+        std::min(reply.usage.output_tokens, st_->reasoning_tokens.value_or(st_->reasoning_deltas));
     reply.usage.cache_read_input_tokens = std::min(reply.usage.input_tokens, st_->cache_read_tokens.value_or(0));
   }
   reply.request = request_notes_;

@@ -30,14 +30,14 @@ struct StreamState {
   };
   std::vector<Call> calls;
   std::string finish_reason;
-  bool finished = false;  // the stream's terminal event arrived
-  bool cut = false;       // stopped because the next delta would pass a cap
+  bool finished = false;                  // the stream's terminal event arrived
+  bool cut = false;                       // stopped because the next delta would pass a cap
   std::string error_code, error_message;  // the decoder ends the stream with an error
   bool retryable_error = false;           // e.g. Anthropic's mid-stream overloaded_error
   std::uint64_t events = 0;
   std::uint64_t out_deltas = 0, out_bytes = 0, reasoning_deltas = 0, reasoning_bytes = 0;
   std::optional<std::uint64_t> input_tokens, output_tokens, reasoning_tokens;  // as the server reports
-  std::optional<std::uint64_t> cache_read_tokens, cache_write_tokens;           // parts of input_tokens
+  std::optional<std::uint64_t> cache_read_tokens, cache_write_tokens;          // parts of input_tokens
   // Thinking was on for this request but the server may not report a thinking count: then the thinking
   // tokens are what output_tokens leaves after the visible output (estimated at 4 bytes a token, so the
   // thinking count errs high, never low).

@@ -15,9 +15,10 @@ std::string api_key_for(const ProviderConfig& cfg) {
   std::string key = v ? v : "";
   if (key.empty() && cfg.api_key_required)
     throw ModelSpecError("the API key for model provider '" + cfg.name + "' is missing: set the environment variable " +
-                         cfg.api_key_env + (cfg.name == "openai" || cfg.name == "anthropic"
-                                                ? std::string()
-                                                : " (or change api_key_env in the model config)"));
+                         cfg.api_key_env +
+                         (cfg.name == "openai" || cfg.name == "anthropic"
+                              ? std::string()
+                              : " (or change api_key_env in the model config)"));
   return key;
 }
 

@@ -39,15 +39,19 @@ std::vector<Turn> load_script(const std::string& path) {
     if (j.is_discarded() || !j.is_object()) throw ModelSpecError(where + "not a JSON object");
     Turn t;
     if (auto r = j.find("repeat"); r != j.end()) {
-      if (*r == "forever") t.repeat = 0;
-      else if (r->is_number_unsigned() && r->get<std::uint64_t>() > 0) t.repeat = r->get<std::uint64_t>();
-      else throw ModelSpecError(where + "\"repeat\" must be a positive integer or \"forever\"");
+      if (*r == "forever")
+        t.repeat = 0;
+      else if (r->is_number_unsigned() && r->get<std::uint64_t>() > 0)
+        t.repeat = r->get<std::uint64_t>();
+      else
+        throw ModelSpecError(where + "\"repeat\" must be a positive integer or \"forever\"");
     }
     if (auto d = j.find("delay_ms"); d != j.end()) {
       if (!d->is_number_unsigned()) throw ModelSpecError(where + "\"delay_ms\" must be a non-negative integer");
       t.delay_ms = d->get<std::uint64_t>();
     }
-    if (j.contains("content") && !j["content"].is_string()) throw ModelSpecError(where + "\"content\" must be a string");
+    if (j.contains("content") && !j["content"].is_string())
+      throw ModelSpecError(where + "\"content\" must be a string");
     if (j.contains("tool_calls")) {
       const json& calls = j["tool_calls"];
       if (!calls.is_array()) throw ModelSpecError(where + "\"tool_calls\" must be an array");
@@ -84,9 +88,10 @@ class ReplayProvider final : public ModelProvider {
       return;
     }
     timer_.expires_after(std::chrono::milliseconds(delay));
-    timer_.async_wait([this, gen, reply = std::move(reply), done = std::move(done)](boost::system::error_code ec) mutable {
-      if (!ec && gen == generation_) done(std::move(reply));
-    });
+    timer_.async_wait(
+        [this, gen, reply = std::move(reply), done = std::move(done)](boost::system::error_code ec) mutable {
+          if (!ec && gen == generation_) done(std::move(reply));
+        });
   }
 
   void cancel() override {

@@ -36,15 +36,24 @@ std::string Response::header(std::string_view name) const {
 
 const char* to_string(Failure f) noexcept {
   switch (f) {
-    case Failure::none: return "none";
-    case Failure::connect: return "connect";
-    case Failure::timeout: return "timeout";
-    case Failure::stalled: return "stalled";
-    case Failure::truncated: return "truncated";
-    case Failure::too_large: return "too_large";
-    case Failure::refused: return "refused";
-    case Failure::aborted: return "aborted";
-    case Failure::other: return "other";
+    case Failure::none:
+      return "none";
+    case Failure::connect:
+      return "connect";
+    case Failure::timeout:
+      return "timeout";
+    case Failure::stalled:
+      return "stalled";
+    case Failure::truncated:
+      return "truncated";
+    case Failure::too_large:
+      return "too_large";
+    case Failure::refused:
+      return "refused";
+    case Failure::aborted:
+      return "aborted";
+    case Failure::other:
+      return "other";
   }
   return "other";
 }
@@ -72,8 +81,10 @@ std::string printable(std::string_view s, std::size_t max_bytes) {
       ++i;
       continue;
     }
-    if (n == 1 && (c < 0x20 || c == 0x7F) && c != '\n' && c != '\t') out.push_back(' ');
-    else out.append(s.substr(i, n));
+    if (n == 1 && (c < 0x20 || c == 0x7F) && c != '\n' && c != '\t')
+      out.push_back(' ');
+    else
+      out.append(s.substr(i, n));
     i += n;
   }
   if (i < s.size()) out += "...";
@@ -399,8 +410,8 @@ struct Client::Impl {
       r.failure = total ? Failure::timeout : Failure::connect;
       r.error = total ? "no complete response within " + std::to_string(t.req.total_timeout.count()) + " ms"
                       : "timed out: " + detail;
-    } else if (rc == CURLE_PARTIAL_FILE || (r.status != 0 && (rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2_STREAM ||
-                                                               rc == CURLE_HTTP2))) {
+    } else if (rc == CURLE_PARTIAL_FILE ||
+               (r.status != 0 && (rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2_STREAM || rc == CURLE_HTTP2))) {
       r.failure = Failure::truncated;
       r.error = "the connection closed before the end of the response: " + detail;
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY ||

@@ -7,12 +7,18 @@ namespace supervisor {
 
 const char* to_string(Budget b) noexcept {
   switch (b) {
-    case Budget::steps: return "steps";
-    case Budget::tool_calls: return "tool_calls";
-    case Budget::tokens: return "tokens";
-    case Budget::thinking_tokens: return "thinking_tokens";
-    case Budget::cost: return "cost";
-    case Budget::time: return "time";
+    case Budget::steps:
+      return "steps";
+    case Budget::tool_calls:
+      return "tool_calls";
+    case Budget::tokens:
+      return "tokens";
+    case Budget::thinking_tokens:
+      return "thinking_tokens";
+    case Budget::cost:
+      return "cost";
+    case Budget::time:
+      return "time";
   }
   return "tokens";
 }
@@ -46,12 +52,12 @@ std::optional<Exhausted> BudgetMeter::reservation_refusal(std::uint64_t est_inpu
                                          " input + " + std::to_string(min_output) + " output tokens and " +
                                          std::to_string(left) + " of " + std::to_string(budgets_.max_tokens) +
                                          " remain (" + std::to_string(usage_.total()) + " used)"};
-  return Exhausted{Budget::cost,
-                   "cost budget exhausted: the next call could cost up to " +
-                       format_usd(static_cast<double>(est_input) * worst_input_price(*price_) / 1e6 +
-                                  static_cast<double>(min_output) * price_->output / 1e6) +
-                       " and " + format_usd(std::max(0.0, *budgets_.max_cost_usd - cost_usd_)) + " of " +
-                       format_usd(*budgets_.max_cost_usd) + " remain (" + format_usd(cost_usd_) + " spent)"};
+  return Exhausted{Budget::cost, "cost budget exhausted: the next call could cost up to " +
+                                     format_usd(static_cast<double>(est_input) * worst_input_price(*price_) / 1e6 +
+                                                static_cast<double>(min_output) * price_->output / 1e6) +
+                                     " and " + format_usd(std::max(0.0, *budgets_.max_cost_usd - cost_usd_)) + " of " +
+                                     format_usd(*budgets_.max_cost_usd) + " remain (" + format_usd(cost_usd_) +
+                                     " spent)"};
 }
 
 std::optional<Exhausted> BudgetMeter::before_model_call(std::uint64_t est_input) const {

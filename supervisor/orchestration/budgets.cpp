@@ -9,13 +9,15 @@
 namespace supervisor {
 
 std::uint64_t InputEstimator::estimate(std::size_t bytes, std::size_t messages) const {
-  auto tokens = [this](std::size_t b) { return static_cast<std::uint64_t>(std::ceil(static_cast<double>(b) / bytes_per_token_)); };
+  auto tokens = [this](std::size_t b) {
+    return static_cast<std::uint64_t>(std::ceil(static_cast<double>(b) / bytes_per_token_));
+  };
   if (!have_) return tokens(bytes) + kTokensPerMessage * messages;
   const std::uint64_t added_messages = messages > messages_ ? messages - messages_ : 0;
   if (bytes >= bytes_) return input_ + tokens(bytes - bytes_) + kTokensPerMessage * added_messages;
   // Shrunk: the previous input in proportion, never under what the bytes alone suggest.
-  const auto scaled = static_cast<std::uint64_t>(
-      std::ceil(static_cast<double>(input_) * static_cast<double>(bytes) / static_cast<double>(std::max<std::size_t>(1, bytes_))));
+  const auto scaled = static_cast<std::uint64_t>(std::ceil(static_cast<double>(input_) * static_cast<double>(bytes) /
+                                                           static_cast<double>(std::max<std::size_t>(1, bytes_))));
   return std::max(scaled, tokens(bytes)) + kTokensPerMessage * added_messages;
 }
 
@@ -27,7 +29,8 @@ void InputEstimator::observe(std::size_t bytes, std::size_t messages, std::uint6
   // A child whose text comes out denser than 3 bytes a token (much punctuation, non-Latin text) gets
   // its own ratio, so the next estimate does not fall short by the same factor again.
   if (input_tokens > 0 && bytes > 0)
-    bytes_per_token_ = std::min(bytes_per_token_, std::max(1.0, static_cast<double>(bytes) / static_cast<double>(input_tokens)));
+    bytes_per_token_ =
+        std::min(bytes_per_token_, std::max(1.0, static_cast<double>(bytes) / static_cast<double>(input_tokens)));
 }
 
 double cost_of(const protocol::Usage& u, const Price& p) {
@@ -53,7 +56,8 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
       if (n > (UINT64_MAX / 10) - 10) throw std::invalid_argument("duration '" + std::string(text) + "' is too large");
       n = n * 10 + static_cast<std::uint64_t>(text[i++] - '0');
     }
-    if (i == start) throw std::invalid_argument("duration '" + std::string(text) + "' must look like 90s, 5m, 1h or 250ms");
+    if (i == start)
+      throw std::invalid_argument("duration '" + std::string(text) + "' must look like 90s, 5m, 1h or 250ms");
     std::string_view unit = text.substr(i);
     std::uint64_t scale;
     if (unit.empty() && !any) {

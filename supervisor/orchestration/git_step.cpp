@@ -145,23 +145,21 @@ GitResult launch_git(const GitStep& s, const std::vector<std::string>& argv) {
 
   GitResult r;
   process::CappedBuffer out_buf(s.max_out), err_buf(kMaxErr);
-  process::Pipe pipes[2] = {
-      {out_r.fd,
-       [&](std::string_view chunk) {
-         if (s.out_sink) {
-           if (s.out_sink(chunk)) return true;
-           r.stopped = true;
-           return false;
-         }
-         if (out_buf.add(chunk)) return true;
-         r.truncated = true;
-         return false;
-       }},
-      {err_r.fd,
-       [&](std::string_view chunk) {
-         err_buf.add(chunk);
-         return true;
-       }}};
+  process::Pipe pipes[2] = {{out_r.fd,
+                             [&](std::string_view chunk) {
+                               if (s.out_sink) {
+                                 if (s.out_sink(chunk)) return true;
+                                 r.stopped = true;
+                                 return false;
+                               }
+                               if (out_buf.add(chunk)) return true;
+                               r.truncated = true;
+                               return false;
+                             }},
+                            {err_r.fd, [&](std::string_view chunk) {
+                               err_buf.add(chunk);
+                               return true;
+                             }}};
   process::Limits limits;
   limits.deadline = process::Clock::now() + s.timeout;
   process::Outcome o = process::collect({child.pid, pidfd.fd, false}, pipes, limits);
@@ -184,15 +182,13 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 // Options that hold for every repository, whatever its configuration says.
 const std::vector<std::string> kFixed = {
-    "core.fsmonitor=false",        "core.hooksPath=/dev/null",   "core.pager=cat",
-    "core.editor=:",               "sequence.editor=:",          "core.askPass=",
-    "core.sshCommand=false",       "core.gitProxy=",             "core.attributesFile=/dev/null",
-    "core.excludesFile=/dev/null", "core.alternateRefsCommand=", "core.untrackedCache=false",
-    "core.splitIndex=false",       "credential.helper=",         "diff.external=",
-    "diff.submodule=short",        "submodule.recurse=false",    "protocol.allow=never",
-    "gpg.program=false",           "gpg.ssh.program=false",      "gpg.x509.program=false",
-    "commit.gpgSign=false",        "tag.gpgSign=false",          "uploadpack.packObjectsHook=",
-    "merge.renormalize=false",     "user.name=subagent-supervisor",
+    "core.fsmonitor=false", "core.hooksPath=/dev/null", "core.pager=cat",
+    "core.editor=:", "sequence.editor=:", "core.askPass=", "core.sshCommand=false",
+    "core.gitProxy=", "core.attributesFile=/dev/null", "core.excludesFile=/dev/null",
+    "core.alternateRefsCommand=", "core.untrackedCache=false", "core.splitIndex=false",
+    "credential.helper=", "diff.external=", "diff.submodule=short", "submodule.recurse=false", "protocol.allow=never",
+    "gpg.program=false", "gpg.ssh.program=false", "gpg.x509.program=false", "commit.gpgSign=false", "tag.gpgSign=false",
+    "uploadpack.packObjectsHook=", "merge.renormalize=false", "user.name=subagent-supervisor",
     "user.email=subagent-supervisor@localhost",
     // A root supervisor's git works on repositories its users own; with every program-running
     // setting above switched off, the ownership check has nothing left to protect (command-line

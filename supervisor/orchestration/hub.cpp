@@ -65,7 +65,7 @@ protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, co
 // On a worker: the later-execution scan of a locked workspace and the isolated worktree. Touches
 // only its arguments.
 detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& workspace, std::vector<std::string> later,
-                        const fs::path& state_dir, const std::string& id) {
+                                const fs::path& state_dir, const std::string& id) {
   detail::StartPrep p;
   if (locked) {
     try {
@@ -125,8 +125,9 @@ void finish_later_execution_watch(const FinishWork& w, protocol::Envelope& e) {
             {"protected", w.later_protected},
             {"scan_complete", w.later_before.complete && after.complete}};
   if (!changed.empty())
-    j["warning"] = "the child created or changed paths whose contents run on the user's next ordinary command "
-                   "(git, an editor, an agent, CI); review them before using this workspace";
+    j["warning"] =
+        "the child created or changed paths whose contents run on the user's next ordinary command "
+        "(git, an editor, an agent, CI); review them before using this workspace";
   e.artifacts["later_execution"] = j;
 }
 
@@ -136,14 +137,15 @@ std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope
   if (w.worktree) {
     try {
       Patch p = collect_patch(*w.worktree, w.state_dir, w.id, w.writes);
-      e.artifacts["patch"] = {{"path", p.file.string()},
-                              {"files", p.files},
-                              {"bytes", p.bytes},
-                              {"base", w.worktree->base},
-                              {"workspace", w.workspace.string()},
-                              {"review", to_json(p.review)},
-                              {"apply", "subagent-supervisor apply " + w.id +
-                                            (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
+      e.artifacts["patch"] = {
+          {"path", p.file.string()},
+          {"files", p.files},
+          {"bytes", p.bytes},
+          {"base", w.worktree->base},
+          {"workspace", w.workspace.string()},
+          {"review", to_json(p.review)},
+          {"apply", "subagent-supervisor apply " + w.id +
+                        (p.review.flagged() ? " --allow-flagged (after reviewing the flagged changes)" : "")}};
     } catch (const std::exception& ex) {
       e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
     }
@@ -174,8 +176,8 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   if (shutting_down_) throw ScopeError("the supervisor is shutting down; no new children");
   const Scope& scope = cfg_.scope;
   check_preset_in_scope(req.preset, scope);
-  auto preset = std::make_shared<Preset>(
-      scoped_preset(load_preset(req.preset, cfg_.policy_dir), scope, req.tools, req.domains));
+  auto preset =
+      std::make_shared<Preset>(scoped_preset(load_preset(req.preset, cfg_.policy_dir), scope, req.tools, req.domains));
   if (req.brief.empty()) throw ScopeError("brief: may not be empty");
   std::error_code ec;
   fs::path ws = fs::canonical(req.workspace, ec);
@@ -202,8 +204,9 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   c->on_done = std::move(on_done);
   const std::string id = c->id;
   if (cfg_.on_event)
-    cfg_.on_event(make_event(EventKind::queued, {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent},
-                   {"description", req.description}}));
+    cfg_.on_event(make_event(
+        EventKind::queued,
+        {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent}, {"description", req.description}}));
   children_[id] = std::move(c);
   queue_.push_back(id);
   pump();
@@ -258,8 +261,8 @@ bool Hub::try_start(Child& c) {
     if (!lock) {
       const bool first = c.state != ChildState::waiting_for_lock;
       c.state = ChildState::waiting_for_lock;
-      c.waiting_for = "another writer holds the workspace " + c.req.workspace.string() +
-                      " (or a directory above or below it)";
+      c.waiting_for =
+          "another writer holds the workspace " + c.req.workspace.string() + " (or a directory above or below it)";
       if (first && cfg_.on_waiting) cfg_.on_waiting(c.id, c.waiting_for);
       return false;
     }
@@ -280,15 +283,16 @@ bool Hub::try_start(Child& c) {
   jobs_.run(
       io_,
       [locked, worktree, workspace = c.req.workspace, later = c.preset->writes.later_execution,
-       state_dir = cfg_.workspaces.state_dir, id = c.id] {
-        return prepare_start(locked, worktree, workspace, later, state_dir, id);
-      },
+       state_dir = cfg_.workspaces.state_dir,
+       id = c.id] { return prepare_start(locked, worktree, workspace, later, state_dir, id); },
       [this, id = c.id](Outcome<detail::StartPrep> r) {
         auto it = children_.find(id);
         if (it == children_.end()) return;
         detail::StartPrep p;
-        if (r) p = std::move(*r.value);
-        else p.error = r.error;
+        if (r)
+          p = std::move(*r.value);
+        else
+          p.error = r.error;
         launch_prepared(*it->second, std::move(p), false);
       });
   return true;
@@ -309,7 +313,8 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
   };
   if (c.cancelled_while_starting) {
     if (c.worktree) {
-      jobs_.run(io_, [wt = *c.worktree] { remove_worktree(wt); }, [](Outcome<void>) {});
+      jobs_.run(
+          io_, [wt = *c.worktree] { remove_worktree(wt); }, [](Outcome<void>) {});
       c.worktree.reset();
     }
     c.lock.reset();
@@ -348,7 +353,8 @@ void Hub::pump() {
     }
     Child& c = *cit->second;
     if (started_this_turn_ >= cfg_.max_per_turn) {
-      c.waiting_for = "the per-turn limit (" + std::to_string(cfg_.max_per_turn) + ") is reached; waits for the next turn";
+      c.waiting_for =
+          "the per-turn limit (" + std::to_string(cfg_.max_per_turn) + ") is reached; waits for the next turn";
       ++it;
       continue;
     }
@@ -391,8 +397,8 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
   }
   // The later-execution scan, the patch, the worktree's removal and the final transcript write run
   // off the loop; the child keeps its slot and its lock until they are done.
-  FinishWork w{c.later_execution, c.later_before, c.later_protected, c.req.workspace, c.worktree,
-               cfg_.workspaces.state_dir, c.id, c.preset->writes, c.records};
+  FinishWork w{c.later_execution,         c.later_before, c.later_protected, c.req.workspace, c.worktree,
+               cfg_.workspaces.state_dir, c.id,           c.preset->writes,  c.records};
   jobs_.run(
       io_,
       [w = std::move(w), locked = c.lock.has_value(), e = std::move(e)]() mutable {
@@ -423,7 +429,8 @@ void Hub::on_child_finished(const std::string& id, Outcome<std::pair<protocol::E
 
 void Hub::deliver(Child& c, protocol::Envelope e) {
   if (!c.records && cfg_.audit) {  // never started: still on the record
-    cfg_.audit->record(make_event(EventKind::envelope, {{"envelope", protocol::to_json(e)}}), {c.id, c.preset->name, cfg_.parent});
+    cfg_.audit->record(make_event(EventKind::envelope, {{"envelope", protocol::to_json(e)}}),
+                       {c.id, c.preset->name, cfg_.parent});
   }
   c.state = ChildState::done;
   c.envelope = e;

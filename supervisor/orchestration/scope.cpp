@@ -29,11 +29,13 @@ void apply(std::uint64_t& field, const std::optional<std::uint64_t>& want, const
            const std::string& who, const std::string& prefix, bool zero_ok = false) {
   if (!want) return;
   if (*want == 0 && !zero_ok)
-    throw WideningError(label(flag, name, prefix) + " 0: must be at least 1 (a budget of 0 would end the child "
-                        "before it starts; leave it out to keep " + who + "'s " + std::to_string(field) + ")");
+    throw WideningError(label(flag, name, prefix) +
+                        " 0: must be at least 1 (a budget of 0 would end the child "
+                        "before it starts; leave it out to keep " +
+                        who + "'s " + std::to_string(field) + ")");
   if (*want > field) {
-    throw WideningError(label(flag, name, prefix) + " " + std::to_string(*want) + " exceeds " + who + "'s " + name + " " +
-                        std::to_string(field) + " (limits may only tighten)");
+    throw WideningError(label(flag, name, prefix) + " " + std::to_string(*want) + " exceeds " + who + "'s " + name +
+                        " " + std::to_string(field) + " (limits may only tighten)");
   }
   field = *want;
 }
@@ -54,14 +56,14 @@ void cap(std::uint64_t& field, const std::optional<std::uint64_t>& c) {
 
 void check_preset_in_scope(const std::string& preset, const Scope& scope) {
   if (scope.presets && !contains(*scope.presets, preset))
-    throw ScopeError("preset: '" + preset + "' is outside the parent's scope (allowed: " + joined(*scope.presets) + ")");
+    throw ScopeError("preset: '" + preset + "' is outside the parent's scope (allowed: " + joined(*scope.presets) +
+                     ")");
 }
 
 Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools) {
   const auto offered = offered_tools(p);
   for (const auto& t : tools)
-    if (!contains(offered, t))
-      throw ScopeError("tools: the preset " + p.name + " does not grant '" + t + "'");
+    if (!contains(offered, t)) throw ScopeError("tools: the preset " + p.name + " does not grant '" + t + "'");
   Preset n = p;
   auto keep = [&](std::vector<std::string>& v) {
     std::vector<std::string> dropped;
@@ -72,9 +74,10 @@ Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools) {
   };
   keep(n.allow);
   keep(n.ask);
-  n.rules.erase(std::remove_if(n.rules.begin(), n.rules.end(),
-                               [&](const ToolRule& r) { return !contains(tools, r.tool) && r.decision != Decision::deny; }),
-                n.rules.end());
+  n.rules.erase(
+      std::remove_if(n.rules.begin(), n.rules.end(),
+                     [&](const ToolRule& r) { return !contains(tools, r.tool) && r.decision != Decision::deny; }),
+      n.rules.end());
   return n;
 }
 
@@ -85,9 +88,9 @@ Preset scoped_preset(const Preset& p, const Scope& scope, const std::optional<st
   if (scope.tools) {
     for (const auto& t : offered)
       if (!contains(*scope.tools, t))
-        throw ScopeError("tools: '" + t + "' is outside the parent's scope" +
-                         (tools ? std::string() : " (the preset " + n.name +
-                                                      " grants it; ask for a narrower \"tools\" list)"));
+        throw ScopeError(
+            "tools: '" + t + "' is outside the parent's scope" +
+            (tools ? std::string() : " (the preset " + n.name + " grants it; ask for a narrower \"tools\" list)"));
   }
   if (domains) {
     if (!contains(offered, "web_fetch") && !contains(offered, "web_search"))
@@ -104,11 +107,13 @@ Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string
   apply(b.max_steps, o.max_steps, "max_steps", "--max-steps", who, prefix);
   apply(b.max_tool_calls, o.max_tool_calls, "max_tool_calls", "--max-tool-calls", who, prefix, true);
   apply(b.max_tokens, o.max_tokens, "max_tokens", "--max-tokens", who, prefix);
-  apply(b.max_thinking_tokens, o.max_thinking_tokens, "max_thinking_tokens", "--max-thinking-tokens", who, prefix, true);
+  apply(b.max_thinking_tokens, o.max_thinking_tokens, "max_thinking_tokens", "--max-thinking-tokens", who, prefix,
+        true);
   if (o.timeout_ms && *o.timeout_ms == 0)
-    throw WideningError(label("--timeout", "timeout", prefix) + " 0: must be at least 1ms (a timeout of 0 would end "
-                        "the child before it starts; leave it out to keep " + who + "'s " +
-                        std::to_string(b.timeout_ms) + "ms)");
+    throw WideningError(label("--timeout", "timeout", prefix) +
+                        " 0: must be at least 1ms (a timeout of 0 would end "
+                        "the child before it starts; leave it out to keep " +
+                        who + "'s " + std::to_string(b.timeout_ms) + "ms)");
   if (o.timeout_ms && *o.timeout_ms > b.timeout_ms) {
     throw WideningError(label("--timeout", "timeout", prefix) + " " + std::to_string(*o.timeout_ms) + "ms exceeds " +
                         who + "'s timeout " + std::to_string(b.timeout_ms) + "ms (limits may only tighten)");
@@ -119,10 +124,12 @@ Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string
   apply(b.wrap_up_grace_ms, o.wrap_up_grace_ms, "wrap_up_grace_ms", "--wrap-up-grace", who, prefix, true);
   if (o.max_cost_usd) {
     if (!(*o.max_cost_usd > 0))
-      throw std::invalid_argument(label("--max-cost-usd", "max_cost_usd", prefix) + " must be a positive number of US dollars");
+      throw std::invalid_argument(label("--max-cost-usd", "max_cost_usd", prefix) +
+                                  " must be a positive number of US dollars");
     if (b.max_cost_usd && *o.max_cost_usd > *b.max_cost_usd)
       throw WideningError(label("--max-cost-usd", "max_cost_usd", prefix) + " " + format_usd(*o.max_cost_usd) +
-                          " exceeds " + who + "'s max_cost_usd " + format_usd(*b.max_cost_usd) + " (limits may only tighten)");
+                          " exceeds " + who + "'s max_cost_usd " + format_usd(*b.max_cost_usd) +
+                          " (limits may only tighten)");
     b.max_cost_usd = o.max_cost_usd;
   }
   return b;
@@ -131,8 +138,9 @@ Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string
 void cap_cost_by_scope(Budgets& b, const BudgetOverrides& scope, const BudgetOverrides& limits) {
   if (!scope.max_cost_usd) return;
   if (limits.max_cost_usd && *limits.max_cost_usd > *scope.max_cost_usd)
-    throw WideningError("limits.max_cost_usd " + format_usd(*limits.max_cost_usd) + " exceeds the parent's scope max_cost_usd " +
-                        format_usd(*scope.max_cost_usd) + " (a child never gets more than its parent)");
+    throw WideningError("limits.max_cost_usd " + format_usd(*limits.max_cost_usd) +
+                        " exceeds the parent's scope max_cost_usd " + format_usd(*scope.max_cost_usd) +
+                        " (a child never gets more than its parent)");
   if (!b.max_cost_usd || *scope.max_cost_usd < *b.max_cost_usd) b.max_cost_usd = scope.max_cost_usd;
 }
 

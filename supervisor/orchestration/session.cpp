@@ -116,13 +116,20 @@ std::uint64_t ChildSession::elapsed_ms() const {
 
 const char* to_string(ChildState s) noexcept {
   switch (s) {
-    case ChildState::queued: return "queued";
-    case ChildState::waiting_for_lock: return "waiting_for_lock";
-    case ChildState::starting: return "starting";
-    case ChildState::running: return "running";
-    case ChildState::wrapping_up: return "wrapping_up";
-    case ChildState::finishing: return "finishing";
-    case ChildState::done: return "done";
+    case ChildState::queued:
+      return "queued";
+    case ChildState::waiting_for_lock:
+      return "waiting_for_lock";
+    case ChildState::starting:
+      return "starting";
+    case ChildState::running:
+      return "running";
+    case ChildState::wrapping_up:
+      return "wrapping_up";
+    case ChildState::finishing:
+      return "finishing";
+    case ChildState::done:
+      return "done";
   }
   return "done";
 }
@@ -164,10 +171,10 @@ void ChildSession::start(DoneHandler on_done) {
   started_ = std::chrono::steady_clock::now();
   meter_ = BudgetMeter(cfg_.budgets, provider_->price());
   emit(make_event(EventKind::spawn, {{"preset", cfg_.preset->name},
-        {"policy_digest", cfg_.preset->digest},
-        {"description", cfg_.description},
-        {"workspace", cfg_.workspace.string()},
-        {"model", provider_->describe()}}));
+                                     {"policy_digest", cfg_.preset->digest},
+                                     {"description", cfg_.description},
+                                     {"workspace", cfg_.workspace.string()},
+                                     {"model", provider_->describe()}}));
   if (cfg_.budgets.max_cost_usd && !meter_.price()) {
     // A cost budget nobody can count is refused, never silently ignored.
     fail(proto::Status::failed, "max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
@@ -268,7 +275,8 @@ void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
   to_child_.assign(pipes->in.release_write());
   from_child_.assign(pipes->out.release_read());
   child_err_.assign(pipes->err.release_read());
-  emit(make_event(EventKind::started, {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));
+  emit(make_event(EventKind::started,
+                  {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));
   state_ = State::handshake;
 
   wait_exit();
@@ -348,7 +356,8 @@ void ChildSession::begin_wrap_up(proto::Status status, Budget budget, const std:
   status_ = status;
   budget_ = budget;
   reason_ = why;
-  emit(make_event(EventKind::budget, {{"budget", to_string(budget)}, {"status", proto::to_string(status)}, {"reason", why}}));
+  emit(make_event(EventKind::budget,
+                  {{"budget", to_string(budget)}, {"status", proto::to_string(status)}, {"reason", why}}));
   send(proto::WrapUp{status == proto::Status::timeout ? "timeout" : "budget_exhausted", to_string(budget)});
   grace_.expires_after(std::chrono::milliseconds(cfg_.budgets.wrap_up_grace_ms));
   grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -420,11 +429,11 @@ void ChildSession::finish() {
   if (!status_) {
     status_ = proto::Status::failed;
     if (exit_.signal)
-      reason_ = std::string("the child was killed by signal SIG") + (sigabbrev_np(*exit_.signal) ? sigabbrev_np(*exit_.signal) : "?") +
-                " before sending a final answer";
+      reason_ = std::string("the child was killed by signal SIG") +
+                (sigabbrev_np(*exit_.signal) ? sigabbrev_np(*exit_.signal) : "?") + " before sending a final answer";
     else
-      reason_ = "the child exited with code " + std::to_string(exit_.code.value_or(-1)) +
-                " before sending a final answer";
+      reason_ =
+          "the child exited with code " + std::to_string(exit_.code.value_or(-1)) + " before sending a final answer";
   }
   e.status = *status_;
   e.budget = budget_ ? to_string(*budget_) : "";

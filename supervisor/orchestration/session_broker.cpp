@@ -14,7 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-
 // What the child's own framing may add to a capped tool result ("Tool error: ", "Tool call denied by
 // the supervisor: <reason>") before the supervisor cuts it.
 constexpr std::size_t kToolResultSlack = 512;
@@ -137,7 +136,8 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   call.messages = m.messages;
   call.tools = std::move(tools);
   if (std::size_t cut = cap_tool_results(call.messages, cfg_.budgets.tool_result_bytes))
-    emit(make_event(EventKind::tool_results_cut, {{"id", m.id}, {"count", cut}, {"tool_result_bytes", cfg_.budgets.tool_result_bytes}}));
+    emit(make_event(EventKind::tool_results_cut,
+                    {{"id", m.id}, {"count", cut}, {"tool_result_bytes", cfg_.budgets.tool_result_bytes}}));
   call.max_thinking_tokens = meter_.thinking_left();
   call.wrap_up = wrap_turn;
   call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
@@ -169,48 +169,53 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   json tool_names = json::array();
   for (const auto& spec : call.tools) tool_names.push_back(spec.value("name", ""));
   emit(make_event(EventKind::model_request, {{"id", m.id},
-        {"step", meter_.steps()},
-        {"messages", m.messages.size()},
-        {"messages_from", from},
-        {"new_messages", std::move(new_messages)},
-        {"tools", call.tools.size()},
-        {"tool_names", std::move(tool_names)},
-        {"max_tokens", call.max_tokens},
-        {"estimated_input_tokens", est_input},
-        {"thinking_tokens_left", call.max_thinking_tokens},
-        {"wrap_up_turn", wrap_turn}}));
-  provider_->start(std::move(call), [self = shared_from_this(), id = m.id](ModelReply r) {
-    self->on_model_reply(id, std::move(r));
-  });
+                                             {"step", meter_.steps()},
+                                             {"messages", m.messages.size()},
+                                             {"messages_from", from},
+                                             {"new_messages", std::move(new_messages)},
+                                             {"tools", call.tools.size()},
+                                             {"tool_names", std::move(tool_names)},
+                                             {"max_tokens", call.max_tokens},
+                                             {"estimated_input_tokens", est_input},
+                                             {"thinking_tokens_left", call.max_thinking_tokens},
+                                             {"wrap_up_turn", wrap_turn}}));
+  provider_->start(std::move(call),
+                   [self = shared_from_this(), id = m.id](ModelReply r) { self->on_model_reply(id, std::move(r)); });
 }
 
 void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
   model_in_flight_.reset();
   if (state_ == State::finishing || state_ == State::done) return;
   const double call_cost = meter_.charge(r.usage);
-  if (r.usage.input_tokens > 0 && !r.usage_estimated) estimator_.observe(pending_bytes_, pending_messages_, r.usage.input_tokens);
-  else if (r.usage.input_tokens > 0) estimator_.observe(pending_bytes_, pending_messages_, std::max(r.usage.input_tokens, pending_estimate_));
+  if (r.usage.input_tokens > 0 && !r.usage_estimated)
+    estimator_.observe(pending_bytes_, pending_messages_, r.usage.input_tokens);
+  else if (r.usage.input_tokens > 0)
+    estimator_.observe(pending_bytes_, pending_messages_, std::max(r.usage.input_tokens, pending_estimate_));
   const bool cut = r.ok && cut_turn(r.finish_reason);
-  json event = make_event(EventKind::model_response, {
-                {"id", request_id},
-                {"ok", r.ok},
-                {"error", r.error_code.empty() ? json(nullptr) : json(r.error_code + ": " + r.error_message)},
-                {"usage", proto::to_json(r.usage)},
-                {"usage_estimated", r.usage_estimated},
-                {"estimated_input_tokens", pending_estimate_},
-                {"request", r.request},
-                {"content_bytes", r.content.size()},
-                {"content", r.content},
-                {"tool_calls", [&] {
-                   json calls = json::array();
-                   for (const auto& c : r.tool_calls) calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
-                   return calls;
-                 }()},
-                {"finish_reason", r.finish_reason}});
+  json event =
+      make_event(EventKind::model_response,
+                 {{"id", request_id},
+                  {"ok", r.ok},
+                  {"error", r.error_code.empty() ? json(nullptr) : json(r.error_code + ": " + r.error_message)},
+                  {"usage", proto::to_json(r.usage)},
+                  {"usage_estimated", r.usage_estimated},
+                  {"estimated_input_tokens", pending_estimate_},
+                  {"request", r.request},
+                  {"content_bytes", r.content.size()},
+                  {"content", r.content},
+                  {"tool_calls",
+                   [&] {
+                     json calls = json::array();
+                     for (const auto& c : r.tool_calls)
+                       calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+                     return calls;
+                   }()},
+                  {"finish_reason", r.finish_reason}});
   if (meter_.price()) event["cost_usd"] = call_cost;
   if (cut) event["cut"] = true;
   emit(std::move(event));
-  if (r.ok) model_failed_.clear();
+  if (r.ok)
+    model_failed_.clear();
   else if (r.error_code != "budget_exhausted")
     model_failed_ = (r.error_code.empty() ? std::string("provider_error") : r.error_code) + ": " + r.error_message;
   if (r.ok) {
@@ -244,15 +249,16 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
 void ChildSession::handle(const proto::ToolRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
   if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
-    fail(proto::Status::protocol_error, "protocol error: tool_request id '" + shown_id(m.id) +
-                                            "' reused (request ids must be unique in a session)");
+    fail(proto::Status::protocol_error,
+         "protocol error: tool_request id '" + shown_id(m.id) + "' reused (request ids must be unique in a session)");
     return;
   }
   if (state_ == State::running)
     if (auto used_up = meter_.before_tool_call())
       begin_wrap_up(proto::Status::budget_exhausted, used_up->budget, used_up->why);
   if (state_ == State::wrapping_up) {
-    emit(make_event(EventKind::tool_decision, {{"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}}));
+    emit(make_event(EventKind::tool_decision,
+                    {{"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}}));
     const std::string told = "the supervisor asked you to wrap up (" + reason_ + "); no more tools";
     deny_tool(m, "wrap-up", told, told);
     return;
@@ -271,12 +277,9 @@ void ChildSession::deny_tool(const proto::ToolRequest& req, const std::string& r
 
 void ChildSession::record_decision(const proto::ToolRequest& m, const char* decision, const std::string& rule,
                                    const std::string& reason) {
-  emit(make_event(EventKind::tool_decision, {{"id", m.id},
-        {"tool", m.tool},
-        {"args", m.args},
-        {"decision", decision},
-        {"rule", rule},
-        {"reason", reason}}));
+  emit(make_event(
+      EventKind::tool_decision,
+      {{"id", m.id}, {"tool", m.tool}, {"args", m.args}, {"decision", decision}, {"rule", rule}, {"reason", reason}}));
 }
 
 void ChildSession::decide_tool(const proto::ToolRequest& m) {
@@ -307,9 +310,10 @@ void ChildSession::allow_tool(const proto::ToolRequest& req, const std::string& 
   ++tools_used_[req.tool];
   pending_tools_[req.id] = req.tool;
   if (cfg_.brokered && cfg_.brokered->handles(req.tool)) {
-    cfg_.brokered->run(cfg_.id, req.tool, req.args, [self = shared_from_this(), id = req.id](bool ok, std::string content) {
-      self->on_brokered_result(id, ok, std::move(content));
-    });
+    cfg_.brokered->run(cfg_.id, req.tool, req.args,
+                       [self = shared_from_this(), id = req.id](bool ok, std::string content) {
+                         self->on_brokered_result(id, ok, std::move(content));
+                       });
   } else {
     send(proto::ToolDecision{req.id, true, reason});
   }
@@ -359,8 +363,10 @@ void ChildSession::on_approval(const std::string& id, bool allow, std::string re
     deny_tool(m, "wrap-up", pending->why + "; the child is wrapping up", "approval denied: the child is wrapping up");
     return;
   }
-  if (allow) allow_tool(m, "approved: " + reason);
-  else deny_tool(m, denied_rule, pending->why + "; " + reason, "approval denied: " + reason);
+  if (allow)
+    allow_tool(m, "approved: " + reason);
+  else
+    deny_tool(m, denied_rule, pending->why + "; " + reason, "approval denied: " + reason);
 }
 
 void ChildSession::handle(const proto::ToolDone& m) {
@@ -376,8 +382,8 @@ void ChildSession::handle(const proto::ToolDone& m) {
                                             std::to_string(cap) + " allows");
     return;
   }
-  emit(make_event(EventKind::tool_done, {{"id", m.id}, {"tool", it->second}, {"ok", m.ok}, {"bytes", m.bytes},
-        {"error", m.error}}));
+  emit(make_event(EventKind::tool_done,
+                  {{"id", m.id}, {"tool", it->second}, {"ok", m.ok}, {"bytes", m.bytes}, {"error", m.error}}));
   pending_tools_.erase(it);
 }
 

@@ -15,14 +15,12 @@ namespace asio = boost::asio;
 namespace proto = protocol;
 using nlohmann::json;
 
-
 // ---- reading the child ---------------------------------------------------------------------------
 
 void ChildSession::do_read() {
-  from_child_.async_read_some(asio::buffer(read_buf_), [self = shared_from_this()](boost::system::error_code ec,
-                                                                                    std::size_t n) {
-    self->on_read(ec, n);
-  });
+  from_child_.async_read_some(
+      asio::buffer(read_buf_),
+      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) { self->on_read(ec, n); });
 }
 
 void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
@@ -77,7 +75,8 @@ void ChildSession::handle_frame(proto::Frame& f) {
     return;
   }
   const auto& m = *decoded.message;
-  if (state_ == State::handshake && !std::holds_alternative<proto::Hello>(m) && !std::holds_alternative<proto::Log>(m)) {
+  if (state_ == State::handshake && !std::holds_alternative<proto::Hello>(m) &&
+      !std::holds_alternative<proto::Log>(m)) {
     fail(proto::Status::protocol_error,
          std::string("protocol error: expected hello first, got ") + proto::type_name(m));
     return;
@@ -103,29 +102,31 @@ void ChildSession::handle(const proto::Log& m) {
 // ---- stderr, exit, timers ------------------------------------------------------------------------
 
 void ChildSession::do_read_stderr() {
-  child_err_.async_read_some(asio::buffer(err_buf_), [self = shared_from_this()](boost::system::error_code ec,
-                                                                                   std::size_t n) {
-    std::vector<proto::Frame> frames;
-    if (ec) self->err_reader_.finish(frames);
-    else self->err_reader_.feed(std::string_view(self->err_buf_.data(), n), frames);
-    for (const auto& f : frames) {
-      if (!self->cfg_.on_log || self->stderr_logged_ > kMaxLogBytes) continue;
-      std::string text = f.error == proto::FrameError::none ? f.line
-                         : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
-                         : f.error == proto::FrameError::truncated ? "(an unterminated line)"
-                                                                   : "(a line over 4096 bytes, dropped)";
-      self->stderr_logged_ += text.size();
-      self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
-      if (self->stderr_logged_ > kMaxLogBytes)
-        self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
-    }
-    if (ec) {
-      boost::system::error_code ignored;
-      self->child_err_.close(ignored);
-      return;
-    }
-    self->do_read_stderr();
-  });
+  child_err_.async_read_some(
+      asio::buffer(err_buf_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+        std::vector<proto::Frame> frames;
+        if (ec)
+          self->err_reader_.finish(frames);
+        else
+          self->err_reader_.feed(std::string_view(self->err_buf_.data(), n), frames);
+        for (const auto& f : frames) {
+          if (!self->cfg_.on_log || self->stderr_logged_ > kMaxLogBytes) continue;
+          std::string text = f.error == proto::FrameError::none           ? f.line
+                             : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
+                             : f.error == proto::FrameError::truncated    ? "(an unterminated line)"
+                                                                          : "(a line over 4096 bytes, dropped)";
+          self->stderr_logged_ += text.size();
+          self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
+          if (self->stderr_logged_ > kMaxLogBytes)
+            self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
+        }
+        if (ec) {
+          boost::system::error_code ignored;
+          self->child_err_.close(ignored);
+          return;
+        }
+        self->do_read_stderr();
+      });
 }
 
 void ChildSession::wait_exit() {
@@ -133,8 +134,7 @@ void ChildSession::wait_exit() {
     if (ec == asio::error::operation_aborted) return;
     siginfo_t info{};
     int rc;
-    while ((rc = ::waitid(P_PIDFD, static_cast<id_t>(self->pidfd_.native_handle()), &info,
-                          WEXITED | WNOHANG)) < 0 &&
+    while ((rc = ::waitid(P_PIDFD, static_cast<id_t>(self->pidfd_.native_handle()), &info, WEXITED | WNOHANG)) < 0 &&
            errno == EINTR) {
     }
     // Asio made the pidfd non-blocking: then a child that has not exited yet gives EAGAIN.
@@ -148,8 +148,10 @@ void ChildSession::wait_exit() {
     }
     int status = 0;
     if (rc == 0) {
-      if (info.si_code == CLD_EXITED) status = W_EXITCODE(info.si_status, 0);
-      else status = info.si_status & 0x7f;  // killed or dumped: the signal number
+      if (info.si_code == CLD_EXITED)
+        status = W_EXITCODE(info.si_status, 0);
+      else
+        status = info.si_status & 0x7f;  // killed or dumped: the signal number
     }
     self->on_exit(status);
   });
@@ -157,15 +159,17 @@ void ChildSession::wait_exit() {
 
 void ChildSession::on_exit(int status) {
   exited_ = true;
-  if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
+  if (WIFEXITED(status))
+    exit_.code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    exit_.signal = WTERMSIG(status);
   boost::system::error_code close_ec;
   pidfd_.close(close_ec);
   // The leader is gone; anything it left behind in its process group goes too.
   ::kill(-pid_, SIGKILL);
   sandbox::release(launched_);
   emit(make_event(EventKind::exit, {{"code", exit_.code ? json(*exit_.code) : json(nullptr)},
-        {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}}));
+                                    {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}}));
   if (!stdout_eof_) {
     // Give buffered output a moment to drain; a grandchild holding the pipe must not keep us waiting.
     drain_timer_.expires_after(std::chrono::milliseconds(200));

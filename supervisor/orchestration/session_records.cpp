@@ -40,7 +40,8 @@ void scrub_envelope(const Scrubber& scrubber, protocol::Envelope& e, std::size_t
   scrubber.scrub_in_place(e.artifacts);
   bool denials_changed = false;
   for (auto& d : e.denials.listed)
-    for (std::string* s : {&d.tool, &d.rule, &d.reason}) denials_changed = scrubber.scrub_in_place(*s) || denials_changed;
+    for (std::string* s : {&d.tool, &d.rule, &d.reason})
+      denials_changed = scrubber.scrub_in_place(*s) || denials_changed;
   if (denials_changed) e.denials.refit();  // a redaction marker may be longer than what it hides
   if (e.transcript) scrubber.scrub_in_place(*e.transcript);
 }

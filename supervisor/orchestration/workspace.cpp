@@ -59,7 +59,8 @@ fs::path gitdir_of_file(const fs::path& dot_git) {
 // become the copy's repository) and following no symlink.
 void copy_tree(const fs::path& from, const fs::path& to) {
   fs::create_directories(to);
-  for (auto it = fs::recursive_directory_iterator(from, fs::directory_options::none); it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(from, fs::directory_options::none);
+       it != fs::recursive_directory_iterator(); ++it) {
     const fs::path rel = it->path().lexically_relative(from);
     if (it->path().filename() == ".git") {
       if (it->symlink_status().type() == fs::file_type::directory) it.disable_recursion_pending();
@@ -112,8 +113,10 @@ WorkspaceConfig default_workspace_config() {
   } else {
     c.lock_dir = "/tmp/subagent-supervisor-" + std::to_string(::geteuid()) + "/locks";
   }
-  if (const char* s = std::getenv("SUBAGENT_STATE_DIR"); s && *s) c.state_dir = s;
-  else c.state_dir = fs::path(env_or("XDG_STATE_HOME", home() + "/.local/state")) / "subagent-supervisor";
+  if (const char* s = std::getenv("SUBAGENT_STATE_DIR"); s && *s)
+    c.state_dir = s;
+  else
+    c.state_dir = fs::path(env_or("XDG_STATE_HOME", home() + "/.local/state")) / "subagent-supervisor";
   return c;
 }
 
@@ -253,14 +256,16 @@ LaterExecutionSnapshot snapshot_later_execution(const fs::path& workspace, const
     // directory or to one a policy did not protect.
     std::size_t n = 0;
     if (fs::is_directory(fs::symlink_status(workspace / rel, ec)))
-      for (auto it = fs::recursive_directory_iterator(workspace / rel, fs::directory_options::skip_permission_denied, ec);
+      for (auto it =
+               fs::recursive_directory_iterator(workspace / rel, fs::directory_options::skip_permission_denied, ec);
            !ec && it != fs::recursive_directory_iterator() && ++n < 10000; it.increment(ec))
         s.entries[it->path().lexically_relative(workspace).generic_string()] = identity(it->path());
   }
   return s;
 }
 
-std::vector<std::string> later_execution_changes(const LaterExecutionSnapshot& before, const LaterExecutionSnapshot& after) {
+std::vector<std::string> later_execution_changes(const LaterExecutionSnapshot& before,
+                                                 const LaterExecutionSnapshot& after) {
   std::vector<std::string> out;
   for (const auto& [p, id] : after.entries) {
     auto it = before.entries.find(p);
@@ -484,8 +489,8 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
     bool too_big = false;
     GitStep diff = base;
     diff.what = "git diff in the worktree";
-    diff.args = {"diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
-                 "--relative", wt.base};
+    diff.args = {"diff",       "--cached",     "--binary",   "--no-ext-diff", "--no-textconv",
+                 "--no-color", "--no-renames", "--relative", wt.base};
     diff.args.insert(diff.args.end(), pathspec.begin(), pathspec.end());
     diff.out_sink = [&](std::string_view chunk) {
       if (p.bytes + chunk.size() > policy.max_patch_bytes) {
@@ -582,15 +587,18 @@ ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool a
   std::error_code ec;
   if (fs::file_size(patch, ec) == 0 || ec) {
     r.ok = !ec;
-    r.message = ec ? "the patch file " + patch.string() + " is missing" : "child " + id + " changed nothing; nothing to apply";
+    r.message =
+        ec ? "the patch file " + patch.string() + " is missing" : "child " + id + " changed nothing; nothing to apply";
     return r;
   }
   std::string outside;
   for (const auto& s : review.symlinks)
     if (s.outside) outside += "\n  " + s.path + " -> " + s.target;
   if (!outside.empty()) {
-    r.message = "refused: the patch of child " + id + " adds symlinks that point outside the workspace or are absolute; "
-                "nothing was changed:" + outside;
+    r.message = "refused: the patch of child " + id +
+                " adds symlinks that point outside the workspace or are absolute; "
+                "nothing was changed:" +
+                outside;
     return r;
   }
   if (review.flagged() && !allow_flagged) {
@@ -599,8 +607,10 @@ ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool a
     for (const auto& m : review.mode_changes) what += "\n  mode " + m.from + " -> " + m.to + " " + m.path;
     for (const auto& e : review.new_executables) what += "\n  new executable " + e;
     for (const auto& l : review.later_execution) what += "\n  later-execution path " + l;
-    r.message = "refused: the patch of child " + id + " has changes that need an explicit decision; nothing was changed "
-                "(review them, then apply with --allow-flagged, or allow_flagged: true):" + what;
+    r.message = "refused: the patch of child " + id +
+                " has changes that need an explicit decision; nothing was changed "
+                "(review them, then apply with --allow-flagged, or allow_flagged: true):" +
+                what;
     return r;
   }
   const bool git = meta.value("git", false);
@@ -636,7 +646,8 @@ ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool a
     check.read = {patch};
     GitResult c = run_git(check);
     if (c.code != 0) {
-      r.message = "the patch of child " + id + " no longer applies to " + ws.string() + "; nothing was changed:\n" + c.err;
+      r.message =
+          "the patch of child " + id + " no longer applies to " + ws.string() + "; nothing was changed:\n" + c.err;
     } else {
       GitStep apply = check;
       apply.what = "git apply";
@@ -648,7 +659,8 @@ ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool a
         r.message = "git apply failed for child " + id + ": " + a.err;
       } else {
         r.ok = true;
-        r.message = "applied the patch of child " + id + " to " + ws.string() + " (" + std::to_string(r.files.size()) + " files)";
+        r.message = "applied the patch of child " + id + " to " + ws.string() + " (" + std::to_string(r.files.size()) +
+                    " files)";
       }
     }
   } catch (const std::exception& e) {

@@ -48,8 +48,10 @@ void validate(const json& v, const json& schema, const json& root, const std::st
   const std::string where = ptr.empty() ? "/" : ptr;
   if (auto t = schema.find("type"); t != schema.end()) {
     bool ok = false;
-    if (t->is_string()) ok = type_ok(v, *t);
-    else for (const auto& x : *t) ok = ok || type_ok(v, x);
+    if (t->is_string())
+      ok = type_ok(v, *t);
+    else
+      for (const auto& x : *t) ok = ok || type_ok(v, x);
     if (!ok) {
       out.push_back(where + ": must be of type " + t->dump() + ", not " + type_of(v));
       return;
@@ -61,7 +63,8 @@ void validate(const json& v, const json& schema, const json& root, const std::st
     out.push_back(where + ": must be at least " + m->dump());
   if (v.is_object()) {
     for (const auto& req : schema.value("required", json::array()))
-      if (!v.contains(req.get<std::string>())) out.push_back(where + ": missing required field \"" + req.get<std::string>() + "\"");
+      if (!v.contains(req.get<std::string>()))
+        out.push_back(where + ": missing required field \"" + req.get<std::string>() + "\"");
     const json props = schema.value("properties", json::object());
     for (const auto& [k, sub] : v.items()) {
       if (props.contains(k)) {
@@ -71,8 +74,8 @@ void validate(const json& v, const json& schema, const json& root, const std::st
           std::string names;
           for (const auto& [name, unused] : props.items()) names += (names.empty() ? "" : ", ") + name;
           out.push_back(ptr + "/" + k + ": is not a known field (expected one of: " + names + ")");
-        }
-        else if (ap->is_object()) validate(sub, *ap, root, ptr + "/" + k, out);
+        } else if (ap->is_object())
+          validate(sub, *ap, root, ptr + "/" + k, out);
       }
     }
   }
@@ -96,17 +99,20 @@ void lint_syscall_groups(const Preset& p, bool writes, Error& error, Warning& wa
   const auto& groups = p.sandbox.syscall_groups;
   auto has = [&](const char* g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
   if (!writes && has("filesystem_write"))
-    error("read-only preset (no tool that writes) allows the syscall group \"filesystem_write\" (chmod, utimensat, "
-          "setxattr ... on any file the child can name); remove it from sandbox.syscalls.groups");
+    error(
+        "read-only preset (no tool that writes) allows the syscall group \"filesystem_write\" (chmod, utimensat, "
+        "setxattr ... on any file the child can name); remove it from sandbox.syscalls.groups");
   // /dev/null is no write root in this sense: opening it read-write creates, renames and changes nothing.
   const bool real_write_roots = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
                                             [](const std::string& w) { return w != "/dev/null"; });
   if (real_write_roots && !has("filesystem_write"))
-    warning("sandbox.filesystem.write lists write roots but sandbox.syscalls.groups lacks \"filesystem_write\": "
-            "the child can write open files but not create directories, rename, remove or chmod");
+    warning(
+        "sandbox.filesystem.write lists write roots but sandbox.syscalls.groups lacks \"filesystem_write\": "
+        "the child can write open files but not create directories, rename, remove or chmod");
   if (has("watch"))
-    warning("sandbox.syscalls.groups allows \"watch\": inotify and fanotify report the names of files created in "
-            "directories outside every root (Landlock does not mediate watches)");
+    warning(
+        "sandbox.syscalls.groups allows \"watch\": inotify and fanotify report the names of files created in "
+        "directories outside every root (Landlock does not mediate watches)");
 }
 
 Decision widest(const Preset& p, const std::string& tool) { return widest_decision(p, tool); }
@@ -169,11 +175,10 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   for (std::size_t i = 0; i < p.rules.size(); ++i) {
     const ToolRule& r = p.rules[i];
     // A rule that grants more than the shipped lists do for its tool must be one the shipped preset has.
-    const Decision listed = std::find(shipped.allow.begin(), shipped.allow.end(), r.tool) != shipped.allow.end()
-                                ? Decision::allow
-                            : std::find(shipped.ask.begin(), shipped.ask.end(), r.tool) != shipped.ask.end()
-                                ? Decision::ask
-                                : Decision::deny;
+    const Decision listed =
+        std::find(shipped.allow.begin(), shipped.allow.end(), r.tool) != shipped.allow.end() ? Decision::allow
+        : std::find(shipped.ask.begin(), shipped.ask.end(), r.tool) != shipped.ask.end()     ? Decision::ask
+                                                                                             : Decision::deny;
     if (strength(r.decision) <= strength(listed) || strength(r.decision) > strength(widest(shipped, r.tool))) continue;
     for (const auto& [kind, values] : r.when.items()) {
       std::vector<std::string> theirs_values;
@@ -182,8 +187,9 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
           for (const auto& v : sr.when[kind]) theirs_values.push_back(v.get<std::string>());
       for (std::size_t j = 0; j < values.size(); ++j) {
         const std::string s = values[j].get<std::string>();
-        const bool known = kind == "path_under" ? covered_by(s, theirs_values)
-                                                : std::find(theirs_values.begin(), theirs_values.end(), s) != theirs_values.end();
+        const bool known = kind == "path_under"
+                               ? covered_by(s, theirs_values)
+                               : std::find(theirs_values.begin(), theirs_values.end(), s) != theirs_values.end();
         if (!known)
           wider(index_pointer("/tools/rules/" + std::to_string(i) + "/when/" + kind, j),
                 "tools.rules[" + std::to_string(i) + "] makes '" + r.tool + "' \"" + to_string(r.decision) + "\" for " +
@@ -207,8 +213,9 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   auto roots = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship, const char* key) {
     for (std::size_t i = 0; i < mine.size(); ++i)
       if (!covered_by(mine[i], ship))
-        wider(index_pointer(std::string("/sandbox/filesystem/") + key, i),
-              "sandbox.filesystem." + std::string(key) + " grants '" + mine[i] + "', which the shipped preset does not");
+        wider(
+            index_pointer(std::string("/sandbox/filesystem/") + key, i),
+            "sandbox.filesystem." + std::string(key) + " grants '" + mine[i] + "', which the shipped preset does not");
   };
   roots(s.read_paths, t.read_paths, "read");
   roots(s.write_paths, t.write_paths, "write");
@@ -220,28 +227,30 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   if (s.network > t.network)
     wider("/sandbox/network", "sandbox.network is \"" + std::string(to_string(s.network)) + "\"" + theirs + "\"" +
                                   std::string(to_string(t.network)) + "\")");
-  auto added = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship, const std::string& pointer,
-                   const std::string& what) {
+  auto added = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship,
+                   const std::string& pointer, const std::string& what) {
     for (std::size_t i = 0; i < mine.size(); ++i)
       if (std::find(ship.begin(), ship.end(), mine[i]) == ship.end())
         wider(index_pointer(pointer, i), what + " '" + mine[i] + "'");
   };
-  auto removed = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship, const std::string& pointer,
-                     const std::string& what) {
+  auto removed = [&](const std::vector<std::string>& mine, const std::vector<std::string>& ship,
+                     const std::string& pointer, const std::string& what) {
     for (const auto& x : ship)
       if (std::find(mine.begin(), mine.end(), x) == mine.end()) wider(pointer, what + " '" + x + "'");
   };
   added(s.syscall_groups, t.syscall_groups, "/sandbox/syscalls/groups", "sandbox.syscalls.groups adds");
   added(s.extra_allowed_syscalls, t.extra_allowed_syscalls, "/sandbox/syscalls/allow", "sandbox.syscalls.allow adds");
-  removed(s.extra_denied_syscalls, t.extra_denied_syscalls, "/sandbox/syscalls/deny", "sandbox.syscalls.deny no longer refuses");
+  removed(s.extra_denied_syscalls, t.extra_denied_syscalls, "/sandbox/syscalls/deny",
+          "sandbox.syscalls.deny no longer refuses");
   removed(s.namespaces, t.namespaces, "/sandbox/namespaces", "sandbox.namespaces drops");
   removed(s.required, t.required, "/sandbox/required", "sandbox.required no longer requires");
   added(s.env_allow, t.env_allow, "/sandbox/environment/allow", "sandbox.environment.allow copies");
   for (const auto& [k, v] : s.env_set) {
     auto it = t.env_set.find(k);
     if (it == t.env_set.end() || it->second != v)
-      wider("/sandbox/environment/set/" + k, "sandbox.environment.set sets " + k + "=" + v +
-                                                 (it == t.env_set.end() ? " (shipped: not set)" : theirs + it->second + ")"));
+      wider("/sandbox/environment/set/" + k,
+            "sandbox.environment.set sets " + k + "=" + v +
+                (it == t.env_set.end() ? " (shipped: not set)" : theirs + it->second + ")"));
   }
 
   // Limits: 0 is "not limited" except for file size and core size, where 0 is the tightest.
@@ -250,8 +259,8 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
     if (!looser) return;
     std::string pointer = "/" + field;
     std::replace(pointer.begin(), pointer.end(), '.', '/');
-    wider(pointer, field + " is " + (zero_unlimited && mine == 0 ? std::string("unlimited") : std::to_string(mine)) + theirs +
-                       std::to_string(ship) + ")");
+    wider(pointer, field + " is " + (zero_unlimited && mine == 0 ? std::string("unlimited") : std::to_string(mine)) +
+                       theirs + std::to_string(ship) + ")");
   };
   limit("sandbox.rlimits.address_space_mb", s.rlimits.address_space_mb, t.rlimits.address_space_mb, true);
   limit("sandbox.rlimits.cpu_seconds", s.rlimits.cpu_seconds, t.rlimits.cpu_seconds, true);
@@ -294,11 +303,15 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
 
 std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& schema_file, const fs::path& shipped_dir) {
   std::vector<Finding> out;
-  auto error = [&](std::string m, std::string pointer = "") { out.push_back({"error", std::move(m), std::move(pointer), {}}); };
+  auto error = [&](std::string m, std::string pointer = "") {
+    out.push_back({"error", std::move(m), std::move(pointer), {}});
+  };
   auto warning = [&](std::string m, std::string pointer = "") {
     out.push_back({"warning", std::move(m), std::move(pointer), {}});
   };
-  auto note = [&](std::string m, std::string pointer = "") { out.push_back({"note", std::move(m), std::move(pointer), {}}); };
+  auto note = [&](std::string m, std::string pointer = "") {
+    out.push_back({"note", std::move(m), std::move(pointer), {}});
+  };
   // Messages from the parsers start "policy FILE: "; check prints the file itself.
   auto bare = [](std::string m) {
     if (m.rfind("policy ", 0) == 0)
@@ -335,7 +348,8 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
     return out;
   }
   if (doc.is_object() && doc.contains("$schema")) {
-    out.push_back({"skipped", "a JSON Schema (it has \"$schema\"), not a preset; presets are validated against it", "", {}});
+    out.push_back(
+        {"skipped", "a JSON Schema (it has \"$schema\"), not a preset; presets are validated against it", "", {}});
     return out;
   }
 
@@ -361,8 +375,8 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
   if (parse_error_at != "-") return located();
 
   if (file.stem() != p.name)
-    error("preset is '" + p.name + "', but the file name says '" + file.stem().string() +
-              "': `run --preset " + file.stem().string() + "` refuses it; rename one of them",
+    error("preset is '" + p.name + "', but the file name says '" + file.stem().string() + "': `run --preset " +
+              file.stem().string() + "` refuses it; rename one of them",
           "/preset");
 
   const bool writes = grants(p, "write_file") || grants(p, "edit_file") || grants(p, "run_command");
@@ -376,27 +390,34 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
               (real_writes.size() > 1 ? " ..." : "") + "; remove sandbox.filesystem.write",
           "/sandbox/filesystem/write");
   lint_syscall_groups(p, writes, error, warning);
-  const bool writes_workspace = std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
-                                           [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
+  const bool writes_workspace =
+      std::any_of(p.sandbox.write_paths.begin(), p.sandbox.write_paths.end(),
+                  [](const std::string& w) { return w.find("${workspace}") != std::string::npos; });
   if (p.workspace_mode == WorkspaceMode::read && writes_workspace)
-    error("workspace_mode is \"read\" but ${workspace} is a write root; use \"write_locked\" (one writer at a time) or \"worktree\"",
-          "/workspace_mode");
+    error(
+        "workspace_mode is \"read\" but ${workspace} is a write root; use \"write_locked\" (one writer at a time) or "
+        "\"worktree\"",
+        "/workspace_mode");
   if (p.workspace_mode != WorkspaceMode::read && !writes_workspace)
-    warning(std::string("workspace_mode is \"") + to_string(p.workspace_mode) + "\" but ${workspace} is not a write root: the child cannot write its workspace",
+    warning(std::string("workspace_mode is \"") + to_string(p.workspace_mode) +
+                "\" but ${workspace} is not a write root: the child cannot write its workspace",
             "/workspace_mode");
   if (p.unattended) {
     for (const auto& t : p.ask)
-      warning("tool '" + t + "' is \"ask\" in a preset that runs unattended: with no approver it is denied at once", "/tools/ask");
+      warning("tool '" + t + "' is \"ask\" in a preset that runs unattended: with no approver it is denied at once",
+              "/tools/ask");
     for (const auto& r : p.rules)
       if (r.decision == Decision::ask)
-        warning("a rule for '" + r.tool + "' says \"ask\" in a preset that runs unattended: with no approver it is denied at once",
+        warning("a rule for '" + r.tool +
+                    "' says \"ask\" in a preset that runs unattended: with no approver it is denied at once",
                 "/tools/rules");
   }
   if (grants(p, "run_command") && real_writes.empty())
-    warning("run_command is granted but there is no write root: a command line may run any program under the execute "
-            "roots and read every read root, yet no build or test can write its output; deny run_command for a "
-            "read-only preset or add a write root",
-            "/tools");
+    warning(
+        "run_command is granted but there is no write root: a command line may run any program under the execute "
+        "roots and read every read root, yet no build or test can write its output; deny run_command for a "
+        "read-only preset or add a write root",
+        "/tools");
 
   // The roots, through the check launch applies to write roots (sandbox/workspace_guard.cpp).
   // Templates are the workspace's: `run` checks the workspace itself before it starts a child.
@@ -416,10 +437,12 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
       if (ec) resolved = fs::path(root).lexically_normal();
       const std::string why = sandbox::unsafe_root_reason(resolved, k.kind);
       if (why.empty()) continue;
-      const std::string field = "sandbox.filesystem." + std::string(k.key) + "[" + std::to_string(i) + "] '" + root + "'";
+      const std::string field =
+          "sandbox.filesystem." + std::string(k.key) + "[" + std::to_string(i) + "] '" + root + "'";
       if (k.kind == sandbox::RootKind::write)
-        error(field + " is refused at launch: " + why + " (only " + sandbox::kAllowUnsafeWorkspaceFlag + " lets it pass)",
-              index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
+        error(
+            field + " is refused at launch: " + why + " (only " + sandbox::kAllowUnsafeWorkspaceFlag + " lets it pass)",
+            index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
       else
         warning(field + ": " + why, index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
     }
@@ -433,22 +456,26 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
     const auto& prot = p.sandbox.protected_paths;
     if (root.front() == '/' && fs::exists(fs::path(root) / ".git", ec) &&
         std::find(prot.begin(), prot.end(), ".git") == prot.end())
-      warning("write root " + root + " holds a .git directory that sandbox.filesystem.protected does not protect "
-              "(a child could rewrite hooks or config that the user's git later runs); add \".git\"",
+      warning("write root " + root +
+                  " holds a .git directory that sandbox.filesystem.protected does not protect "
+                  "(a child could rewrite hooks or config that the user's git later runs); add \".git\"",
               index_pointer("/sandbox/filesystem/write", i));
   }
   if (p.sandbox.network == sandbox::Network::host)
-    warning("sandbox.network is \"host\": the child shares the host's network stack, unfiltered (it can reach every "
-            "address the host can, the supervisor's model and web brokers bypassed)",
-            "/sandbox/network");
+    warning(
+        "sandbox.network is \"host\": the child shares the host's network stack, unfiltered (it can reach every "
+        "address the host can, the supervisor's model and web brokers bypassed)",
+        "/sandbox/network");
   if (p.sandbox.required.empty())
-    warning("sandbox.required is empty: on a kernel that lacks a layer (Landlock, seccomp, namespaces) the child "
-            "starts without it, reported but not refused",
-            "/sandbox/required");
+    warning(
+        "sandbox.required is empty: on a kernel that lacks a layer (Landlock, seccomp, namespaces) the child "
+        "starts without it, reported but not refused",
+        "/sandbox/required");
   {
     std::vector<std::string> missing;
     for (const char* ns : {"user", "pid", "net", "ipc", "uts", "mount"}) {
-      if (std::string(ns) == "net" && p.sandbox.network == sandbox::Network::host) continue;  // "host" is that choice, warned above
+      if (std::string(ns) == "net" && p.sandbox.network == sandbox::Network::host)
+        continue;  // "host" is that choice, warned above
       if (std::find(p.sandbox.namespaces.begin(), p.sandbox.namespaces.end(), ns) == p.sandbox.namespaces.end())
         missing.push_back(ns);
     }

@@ -32,18 +32,24 @@ using nlohmann::json;
 
 const char* to_string(Decision d) noexcept {
   switch (d) {
-    case Decision::allow: return "allow";
-    case Decision::ask: return "ask";
-    case Decision::deny: return "deny";
+    case Decision::allow:
+      return "allow";
+    case Decision::ask:
+      return "ask";
+    case Decision::deny:
+      return "deny";
   }
   return "deny";
 }
 
 const char* to_string(WorkspaceMode m) noexcept {
   switch (m) {
-    case WorkspaceMode::read: return "read";
-    case WorkspaceMode::write_locked: return "write_locked";
-    case WorkspaceMode::worktree: return "worktree";
+    case WorkspaceMode::read:
+      return "read";
+    case WorkspaceMode::write_locked:
+      return "write_locked";
+    case WorkspaceMode::worktree:
+      return "worktree";
   }
   return "read";
 }
@@ -320,8 +326,10 @@ std::string field_pointer(const std::string& field) {
   if (field.empty() || field.front() == '(') return "";  // "(top level)"
   std::string out = "/";
   for (char c : field) {
-    if (c == '.' || c == '[') out.push_back('/');
-    else if (c != ']') out.push_back(c);
+    if (c == '.' || c == '[')
+      out.push_back('/');
+    else if (c != ']')
+      out.push_back(c);
   }
   return out;
 }
@@ -339,8 +347,10 @@ json read_jsonc_file(const fs::path& file, std::string* raw_bytes) {
     // e.byte counts from 1 and points at the character that stopped the parser.
     JsonPosition at{1, 1};
     for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') at = {at.line + 1, 1};
-      else ++at.column;
+      if (text[i] == '\n')
+        at = {at.line + 1, 1};
+      else
+        ++at.column;
     }
     throw PresetError("policy " + file.string() + ": not valid JSON: " + e.what(), "", at);
   }
@@ -360,7 +370,9 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   const std::string file = source.filename().string();
   Reader r(file);
   if (!doc.is_object()) r.fail("(top level)", "must be a JSON object");
-  r.only_keys(doc, "", {"schema", "preset", "description", "unattended", "workspace_mode", "tools", "blocked", "web", "writes", "budgets", "sandbox"});
+  r.only_keys(doc, "",
+              {"schema", "preset", "description", "unattended", "workspace_mode", "tools", "blocked", "web", "writes",
+               "budgets", "sandbox"});
   if (r.number(doc, "schema", "", 1, true) != 1) r.fail("schema", "must be 1 (the only version this build reads)");
 
   Preset p;
@@ -376,8 +388,10 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
 
   if (doc.contains("workspace_mode")) {
     const auto mode = parse_workspace_mode(r.string(doc, "workspace_mode", ""));
-    if (!mode) r.fail("workspace_mode", "must be \"read\", \"write_locked\" or \"worktree\"");
-    else p.workspace_mode = *mode;
+    if (!mode)
+      r.fail("workspace_mode", "must be \"read\", \"write_locked\" or \"worktree\"");
+    else
+      p.workspace_mode = *mode;
   }
 
   const json& tools = r.object(doc, "tools", "");
@@ -414,13 +428,15 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
       tr.tool = r.string(rule, "tool", where + ".");
       tr.when = r.object(rule, "when", where + ".");
       for (const auto& [k, v] : tr.when.items()) {
-        if (k != "command_prefix" && k != "path_under") r.fail(where + ".when." + k, "is not a known matcher (command_prefix, path_under)");
+        if (k != "command_prefix" && k != "path_under")
+          r.fail(where + ".when." + k, "is not a known matcher (command_prefix, path_under)");
         if (!v.is_array() || std::any_of(v.begin(), v.end(), [](const json& x) { return !x.is_string(); }))
           r.fail(where + ".when." + k, "must be an array of strings");
       }
       if (!rule.contains("decision")) r.fail(where + ".decision", "is missing");
       tr.decision = decision_from(r, rule["decision"], where + ".decision");
-      if (!seen.count(tr.tool)) r.fail(where + ".tool", "names '" + tr.tool + "', which tools.allow/ask/deny does not list");
+      if (!seen.count(tr.tool))
+        r.fail(where + ".tool", "names '" + tr.tool + "', which tools.allow/ask/deny does not list");
       if (std::find(p.deny.begin(), p.deny.end(), tr.tool) != p.deny.end() && tr.decision != Decision::deny)
         r.fail(where, "would widen '" + tr.tool + "', which tools.deny denies");
       p.rules.push_back(std::move(tr));
@@ -450,7 +466,8 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
           if (part == ".." || part == ".") bad = true;
         if (bad)
           r.fail("writes.later_execution",
-                 "entry '" + e + "' must be a relative path without '.' or '..', or \"**/NAME\" for one name at any depth");
+                 "entry '" + e +
+                     "' must be a relative path without '.' or '..', or \"**/NAME\" for one name at any depth");
       }
     }
     p.writes.max_patch_bytes = r.number(w, "max_patch_bytes", "writes.", p.writes.max_patch_bytes, false);
@@ -460,8 +477,9 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   }
 
   const json& b = r.object(doc, "budgets", "");
-  r.only_keys(b, "budgets", {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout_seconds",
-                             "summary_bytes", "answer_bytes", "tool_result_bytes", "wrap_up_grace_seconds"});
+  r.only_keys(b, "budgets",
+              {"max_steps", "max_tool_calls", "max_tokens", "max_thinking_tokens", "timeout_seconds", "summary_bytes",
+               "answer_bytes", "tool_result_bytes", "wrap_up_grace_seconds"});
   Budgets d;
   p.budgets.max_steps = r.number(b, "max_steps", "budgets.", d.max_steps, true);
   p.budgets.max_tool_calls = r.number(b, "max_tool_calls", "budgets.", d.max_tool_calls, true);

@@ -16,7 +16,6 @@ namespace supervisor {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-
 fs::path default_audit_file() { return default_transcript_dir() / "audit.jsonl"; }
 
 AuditLog::AuditLog(AuditOptions options, std::shared_ptr<const Scrubber> scrubber)
@@ -42,8 +41,10 @@ bool AuditLog::audited(std::optional<EventKind> kind) noexcept {
     case EventKind::kill:
     case EventKind::cancel:
     case EventKind::failure:
-    case EventKind::envelope: return true;
-    default: return false;
+    case EventKind::envelope:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -100,7 +101,8 @@ std::string AuditLog::record(const json& event, const AuditContext& who) noexcep
 std::string AuditLog::append(const std::string& line) noexcept {
   std::lock_guard lock(mu_);
   if (fd_ < 0) {
-    if (std::string e = detail::make_private_dirs(file_.parent_path()); !e.empty()) return "audit log " + file_.string() + ": " + e;
+    if (std::string e = detail::make_private_dirs(file_.parent_path()); !e.empty())
+      return "audit log " + file_.string() + ": " + e;
     fd_ = ::open(file_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) return "cannot open audit log " + file_.string() + ": " + std::strerror(errno);
   }

@@ -93,14 +93,14 @@ bool secret_key_name(std::string_view key) {
   for (char c : key)
     if (c != '-' && c != '_' && c != ' ') k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const char* const exact[] = {"authorization", "proxyauthorization", "xapikey", "apikey", "xgoogapikey",
-                                      "token", "xauthtoken", "bearer"};
+                                      "token",         "xauthtoken",         "bearer"};
   for (const char* e : exact)
     if (k == e) return true;
   static const char* const parts[] = {"secret", "password", "passwd", "credential"};
   for (const char* p : parts)
     if (k.find(p) != std::string::npos) return true;
-  static const char* const suffixes[] = {"accesstoken", "refreshtoken", "authtoken", "apitoken", "idtoken",
-                                         "sessiontoken", "apikey", "accesskey", "privatekey", "secretkey"};
+  static const char* const suffixes[] = {"accesstoken",  "refreshtoken", "authtoken", "apitoken",   "idtoken",
+                                         "sessiontoken", "apikey",       "accesskey", "privatekey", "secretkey"};
   for (const char* s : suffixes) {
     std::string_view sv(s);
     if (k.size() >= sv.size() && k.compare(k.size() - sv.size(), sv.size(), sv) == 0) return true;
@@ -115,7 +115,8 @@ bool plausible_secret_value(std::string_view v, std::size_t min) {
   if (v.size() < std::max<std::size_t>(min, 1)) return false;
   if (v.front() == '/' || v.rfind("~/", 0) == 0) return false;
   if (v.size() < 16) {
-    const bool word = std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-' || c == '_'; });
+    const bool word =
+        std::all_of(v.begin(), v.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '-' || c == '_'; });
     const bool number = std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (word || number) return false;
   }

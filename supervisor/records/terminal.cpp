@@ -51,8 +51,7 @@ std::size_t decode(std::string_view s, std::size_t i, std::uint32_t* cp) {
 }
 
 bool acts_on_terminal(std::uint32_t cp) {
-  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
-         (cp >= 0x2066 && cp <= 0x2069);
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
 }  // namespace

@@ -177,14 +177,15 @@ std::string atomic_replace(int dirfd, const fs::path& dir, const std::string& na
       err = errno;
       if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
         // A filesystem without RENAME_NOREPLACE: link(2) fails with EEXIST just as atomically.
-        if (::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0) != 0) err = errno;
-        else err = 0;
+        if (::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0) != 0)
+          err = errno;
+        else
+          err = 0;
         ::unlinkat(dirfd, tmp.c_str(), 0);
       } else {
         ::unlinkat(dirfd, tmp.c_str(), 0);
       }
-      if (err == EEXIST)
-        return where + " already exists; a transcript never overwrites a file it did not create";
+      if (err == EEXIST) return where + " already exists; a transcript never overwrites a file it did not create";
       if (err != 0) return "cannot write transcript " + where + ": rename failed: " + errno_text(err);
     }
   } else if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
@@ -220,10 +221,13 @@ bool is_checkpoint(std::optional<EventKind> kind, const json& event) {
     case EventKind::cancel:
     case EventKind::kill:
     case EventKind::failure:
-    case EventKind::exit: return true;
+    case EventKind::exit:
+      return true;
     // A child waiting for an approval may wait minutes: make the question visible now.
-    case EventKind::tool_decision: return event.value("decision", "") == "ask";
-    default: return false;
+    case EventKind::tool_decision:
+      return event.value("decision", "") == "ask";
+    default:
+      return false;
   }
 }
 
@@ -365,8 +369,8 @@ std::shared_ptr<Transcript> TranscriptStore::open(const TranscriptHeader& header
       }
       struct stat st;
       if (::fstatat(shared_->dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        error = path_for(header.id).string() +
-                " already exists; a transcript never overwrites a file it did not create";
+        error =
+            path_for(header.id).string() + " already exists; a transcript never overwrites a file it did not create";
         return nullptr;
       }
       shared_->active.insert(header.id);
@@ -437,7 +441,8 @@ std::size_t TranscriptStore::prune(std::string* error) noexcept {
     });
     for (std::size_t i = keep; i < found.size(); ++i) {
       if (shared_->active.count(found[i].id)) continue;
-      if (::unlinkat(shared_->dirfd, found[i].name.c_str(), 0) == 0) ++removed;
+      if (::unlinkat(shared_->dirfd, found[i].name.c_str(), 0) == 0)
+        ++removed;
       else if (errno != ENOENT && error)
         *error = "cannot delete old transcript " + (shared_->dir / found[i].name).string() + ": " + errno_text(errno);
     }
@@ -492,10 +497,11 @@ void Transcript::record(const json& event) noexcept {
     // every string is cut shorter until it fits, and the record says so.
     // Only the kinds that carry content can get that long; the others skip the size check.
     const bool content = kind == EventKind::model_request || kind == EventKind::model_response ||
-                         kind == EventKind::tool_result || kind == EventKind::tool_decision || kind == EventKind::approval;
+                         kind == EventKind::tool_result || kind == EventKind::tool_decision ||
+                         kind == EventKind::approval;
     const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
-    for (std::size_t cap = store_->options.max_string_bytes / 4; max_record && cap >= 64 && e.dump().size() > max_record;
-         cap /= 4) {
+    for (std::size_t cap = store_->options.max_string_bytes / 4;
+         max_record && cap >= 64 && e.dump().size() > max_record; cap /= 4) {
       detail::cap_json_strings(e, cap);
       e["record_cut"] = true;
     }
@@ -516,7 +522,8 @@ void Transcript::record(const json& event) noexcept {
       ++dropped_;
     }
     dirty_ = true;
-    if (is_checkpoint(kind, event) || std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
+    if (is_checkpoint(kind, event) ||
+        std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
       // A question to the parent is on disk before the parent is asked; other checkpoints of a
       // background store are written behind.
       write_version(kind != EventKind::approval &&

@@ -36,7 +36,8 @@ std::optional<std::string> v4_reason(std::uint32_t a) {
 }
 
 std::uint32_t v4_at(const ip::address_v6::bytes_type& b, int off) {
-  return (std::uint32_t(b[off]) << 24) | (std::uint32_t(b[off + 1]) << 16) | (std::uint32_t(b[off + 2]) << 8) | b[off + 3];
+  return (std::uint32_t(b[off]) << 24) | (std::uint32_t(b[off + 1]) << 16) | (std::uint32_t(b[off + 2]) << 8) |
+         b[off + 3];
 }
 
 std::optional<std::string> v6_reason(const ip::address_v6& a) {
@@ -155,9 +156,18 @@ class TextBuilder {
   void element(const GumboNode* n, int depth) {
     const GumboElement& e = n->v.element;
     switch (e.tag) {
-      case GUMBO_TAG_SCRIPT: case GUMBO_TAG_STYLE: case GUMBO_TAG_NOSCRIPT: case GUMBO_TAG_TEMPLATE:
-      case GUMBO_TAG_SVG: case GUMBO_TAG_MATH: case GUMBO_TAG_IFRAME: case GUMBO_TAG_OBJECT:
-      case GUMBO_TAG_EMBED: case GUMBO_TAG_CANVAS: case GUMBO_TAG_HEAD: case GUMBO_TAG_SELECT:
+      case GUMBO_TAG_SCRIPT:
+      case GUMBO_TAG_STYLE:
+      case GUMBO_TAG_NOSCRIPT:
+      case GUMBO_TAG_TEMPLATE:
+      case GUMBO_TAG_SVG:
+      case GUMBO_TAG_MATH:
+      case GUMBO_TAG_IFRAME:
+      case GUMBO_TAG_OBJECT:
+      case GUMBO_TAG_EMBED:
+      case GUMBO_TAG_CANVAS:
+      case GUMBO_TAG_HEAD:
+      case GUMBO_TAG_SELECT:
         return;
       case GUMBO_TAG_BR:
         newline(1);
@@ -177,13 +187,26 @@ class TextBuilder {
     }
     int heading = 0;
     switch (e.tag) {
-      case GUMBO_TAG_H1: heading = 1; break;
-      case GUMBO_TAG_H2: heading = 2; break;
-      case GUMBO_TAG_H3: heading = 3; break;
-      case GUMBO_TAG_H4: heading = 4; break;
-      case GUMBO_TAG_H5: heading = 5; break;
-      case GUMBO_TAG_H6: heading = 6; break;
-      default: break;
+      case GUMBO_TAG_H1:
+        heading = 1;
+        break;
+      case GUMBO_TAG_H2:
+        heading = 2;
+        break;
+      case GUMBO_TAG_H3:
+        heading = 3;
+        break;
+      case GUMBO_TAG_H4:
+        heading = 4;
+        break;
+      case GUMBO_TAG_H5:
+        heading = 5;
+        break;
+      case GUMBO_TAG_H6:
+        heading = 6;
+        break;
+      default:
+        break;
     }
     if (heading) {
       newline(2);
@@ -199,7 +222,8 @@ class TextBuilder {
       if (href && *href->value && href->value[0] != '#') {
         std::string target = resolve(base_, href->value);
         std::string shown = out_.substr(before);
-        if (!target.empty() && shown.find(target) == std::string::npos && target.size() < 500) text(" (" + target + ")");
+        if (!target.empty() && shown.find(target) == std::string::npos && target.size() < 500)
+          text(" (" + target + ")");
       }
       return;
     }
@@ -232,13 +256,32 @@ class TextBuilder {
 
   static int block_lines(GumboTag t) {
     switch (t) {
-      case GUMBO_TAG_P: case GUMBO_TAG_BLOCKQUOTE: case GUMBO_TAG_TABLE: case GUMBO_TAG_UL: case GUMBO_TAG_OL:
-      case GUMBO_TAG_DL: case GUMBO_TAG_FIGURE: case GUMBO_TAG_SECTION: case GUMBO_TAG_ARTICLE:
+      case GUMBO_TAG_P:
+      case GUMBO_TAG_BLOCKQUOTE:
+      case GUMBO_TAG_TABLE:
+      case GUMBO_TAG_UL:
+      case GUMBO_TAG_OL:
+      case GUMBO_TAG_DL:
+      case GUMBO_TAG_FIGURE:
+      case GUMBO_TAG_SECTION:
+      case GUMBO_TAG_ARTICLE:
         return 2;
-      case GUMBO_TAG_DIV: case GUMBO_TAG_TR: case GUMBO_TAG_DT: case GUMBO_TAG_DD: case GUMBO_TAG_HEADER:
-      case GUMBO_TAG_FOOTER: case GUMBO_TAG_MAIN: case GUMBO_TAG_NAV: case GUMBO_TAG_ASIDE: case GUMBO_TAG_FORM:
-      case GUMBO_TAG_FIGCAPTION: case GUMBO_TAG_ADDRESS: case GUMBO_TAG_CAPTION: case GUMBO_TAG_BODY:
-      case GUMBO_TAG_DETAILS: case GUMBO_TAG_SUMMARY:
+      case GUMBO_TAG_DIV:
+      case GUMBO_TAG_TR:
+      case GUMBO_TAG_DT:
+      case GUMBO_TAG_DD:
+      case GUMBO_TAG_HEADER:
+      case GUMBO_TAG_FOOTER:
+      case GUMBO_TAG_MAIN:
+      case GUMBO_TAG_NAV:
+      case GUMBO_TAG_ASIDE:
+      case GUMBO_TAG_FORM:
+      case GUMBO_TAG_FIGCAPTION:
+      case GUMBO_TAG_ADDRESS:
+      case GUMBO_TAG_CAPTION:
+      case GUMBO_TAG_BODY:
+      case GUMBO_TAG_DETAILS:
+      case GUMBO_TAG_SUMMARY:
         return 1;
       default:
         return 0;
@@ -425,9 +468,8 @@ std::string WebTools::check_url(const std::string& url, std::string& normalized)
   }
   for (const auto& d : cfg_.deny_domains)
     if (domain_matches(host, d)) return "the domain " + host + " is on the deny list";
-  if (!cfg_.allow_domains.empty() &&
-      std::none_of(cfg_.allow_domains.begin(), cfg_.allow_domains.end(),
-                   [&](const std::string& d) { return domain_matches(host, d); }))
+  if (!cfg_.allow_domains.empty() && std::none_of(cfg_.allow_domains.begin(), cfg_.allow_domains.end(),
+                                                  [&](const std::string& d) { return domain_matches(host, d); }))
     return "the domain " + host + " is not on the allow list";
   normalized = u.get(CURLUPART_URL);
   if (auto hash = normalized.find('#'); hash != std::string::npos) normalized.resize(hash);
@@ -444,7 +486,8 @@ void WebTools::run(const std::string& child_id, const std::string& tool, const j
     auto q = args.find("query");
     if (q == args.end() || !q->is_string() || q->get_ref<const std::string&>().empty())
       return fail_soon("web_search: \"query\" (a non-empty string) is required");
-    if (q->get_ref<const std::string&>().size() > 1000) return fail_soon("web_search: the query is longer than 1000 bytes");
+    if (q->get_ref<const std::string&>().size() > 1000)
+      return fail_soon("web_search: the query is longer than 1000 bytes");
     search(child_id, q->get<std::string>(), std::move(done));
     return;
   }
@@ -526,8 +569,8 @@ void WebTools::fetch_hop(std::shared_ptr<Fetch> f) {
     }
     const std::string type = lower(r.header("content-type"));
     std::string title, text;
-    const bool html = type.find("html") != std::string::npos ||
-                      (type.empty() && r.body.find("<html") != std::string::npos);
+    const bool html =
+        type.find("html") != std::string::npos || (type.empty() && r.body.find("<html") != std::string::npos);
     if (html) {
       text = html_to_text(r.body, f->url, title);
     } else if (type.empty() || type.rfind("text/", 0) == 0 || type.find("json") != std::string::npos ||
@@ -550,7 +593,8 @@ void WebTools::fetch_hop(std::shared_ptr<Fetch> f) {
   in_flight_.emplace(f->child, f->transfer);
 }
 
-void WebTools::search(const std::string& child_id, const std::string& query, std::function<void(bool, std::string)> done) {
+void WebTools::search(const std::string& child_id, const std::string& query,
+                      std::function<void(bool, std::string)> done) {
   if (cfg_.search_endpoint.empty()) {
     boost::asio::post(io_, [done = std::move(done)] {
       done(false, "web_search is not configured on this supervisor (no search endpoint); use web_fetch on known URLs");
@@ -559,8 +603,8 @@ void WebTools::search(const std::string& child_id, const std::string& query, std
   }
   char* q = curl_easy_escape(nullptr, query.data(), static_cast<int>(query.size()));
   http::Request rq;
-  rq.url = cfg_.search_endpoint + (cfg_.search_endpoint.find('?') == std::string::npos ? "?" : "&") + "q=" +
-           (q ? q : "") + "&format=json";
+  rq.url = cfg_.search_endpoint + (cfg_.search_endpoint.find('?') == std::string::npos ? "?" : "&") +
+           "q=" + (q ? q : "") + "&format=json";
   curl_free(q);
   rq.headers = {"Accept: application/json"};
   rq.user_agent = cfg_.user_agent;
@@ -571,30 +615,34 @@ void WebTools::search(const std::string& child_id, const std::string& query, std
   rq.proxy_from_environment = false;  // the endpoint is the operator's, often on this machine
   auto self = shared_from_this();
   auto id = std::make_shared<std::uint64_t>(0);
-  *id = http::Client::of(io_).start(std::move(rq), [self, child_id, id, query, done = std::move(done)](http::Response r) {
-    for (auto [it, end] = self->in_flight_.equal_range(child_id); it != end; ++it)
-      if (it->second == *id) {
-        self->in_flight_.erase(it);
-        break;
-      }
-    if (!r.completed()) return done(false, "web_search: the search backend failed: " + http::printable(r.error, 300));
-    if (r.status != 200) return done(false, "web_search: the search backend answered HTTP " + std::to_string(r.status));
-    json j = protocol::nesting_within(r.body) ? json::parse(r.body, nullptr, false) : json(json::value_t::discarded);
-    if (j.is_discarded() || !j.is_object() || !j.contains("results") || !j["results"].is_array())
-      return done(false, "web_search: the search backend's answer is not SearxNG JSON (no \"results\" array)");
-    std::string out = "Search results for: " + query + "\n";
-    unsigned n = 0;
-    for (const auto& res : j["results"]) {
-      if (n >= self->cfg_.max_search_results) break;
-      if (!res.is_object() || !res.contains("url") || !res["url"].is_string()) continue;
-      ++n;
-      out += "\n" + std::to_string(n) + ". " + http::printable(res.value("title", "(no title)"), 200) + "\n   " +
-             http::printable(res["url"].get<std::string>(), 500) + "\n";
-      if (std::string c = res.value("content", ""); !c.empty()) out += "   " + http::printable(c, 500) + "\n";
-    }
-    if (n == 0) out += "\n(no results)\n";
-    done(true, std::move(out));
-  });
+  *id =
+      http::Client::of(io_).start(std::move(rq), [self, child_id, id, query, done = std::move(done)](http::Response r) {
+        for (auto [it, end] = self->in_flight_.equal_range(child_id); it != end; ++it)
+          if (it->second == *id) {
+            self->in_flight_.erase(it);
+            break;
+          }
+        if (!r.completed())
+          return done(false, "web_search: the search backend failed: " + http::printable(r.error, 300));
+        if (r.status != 200)
+          return done(false, "web_search: the search backend answered HTTP " + std::to_string(r.status));
+        json j =
+            protocol::nesting_within(r.body) ? json::parse(r.body, nullptr, false) : json(json::value_t::discarded);
+        if (j.is_discarded() || !j.is_object() || !j.contains("results") || !j["results"].is_array())
+          return done(false, "web_search: the search backend's answer is not SearxNG JSON (no \"results\" array)");
+        std::string out = "Search results for: " + query + "\n";
+        unsigned n = 0;
+        for (const auto& res : j["results"]) {
+          if (n >= self->cfg_.max_search_results) break;
+          if (!res.is_object() || !res.contains("url") || !res["url"].is_string()) continue;
+          ++n;
+          out += "\n" + std::to_string(n) + ". " + http::printable(res.value("title", "(no title)"), 200) + "\n   " +
+                 http::printable(res["url"].get<std::string>(), 500) + "\n";
+          if (std::string c = res.value("content", ""); !c.empty()) out += "   " + http::printable(c, 500) + "\n";
+        }
+        if (n == 0) out += "\n(no results)\n";
+        done(true, std::move(out));
+      });
   in_flight_.emplace(child_id, *id);
 }
 
@@ -605,7 +653,8 @@ std::vector<WebSource> WebTools::sources(const std::string& child_id) const {
 
 json WebTools::sources_json(const std::string& child_id) const {
   json a = json::array();
-  for (const auto& s : sources(child_id)) a.push_back({{"url", s.url}, {"title", s.title}, {"fetched_at", s.fetched_at}});
+  for (const auto& s : sources(child_id))
+    a.push_back({{"url", s.url}, {"title", s.title}, {"fetched_at", s.fetched_at}});
   return a;
 }
 

@@ -44,7 +44,7 @@ void only_throws(F&& f) {
 
 }  // namespace fuzz
 
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)                                    \
+  do {                                                      \
     if (!(cond)) ::fuzz::broken(#cond, __FILE__, __LINE__); \
   } while (0)

@@ -111,8 +111,9 @@ struct Sse {
   int fd;
   bool ok = true;
   explicit Sse(int f) : fd(f) {
-    ok = write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                       "Transfer-Encoding: chunked\r\n\r\n");
+    ok = write_all(fd,
+                   "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n");
   }
   void raw(const std::string& s) {
     if (!ok) return;
@@ -128,7 +129,9 @@ struct Sse {
 };
 
 json chunk(const json& delta, const json& finish = nullptr) {
-  return {{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"model", "fake"},
+  return {{"id", "chatcmpl-1"},
+          {"object", "chat.completion.chunk"},
+          {"model", "fake"},
           {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
 }
 
@@ -137,7 +140,8 @@ void openai_text(Sse& s, const std::string& text, const std::string& finish, int
   int n = 0;
   for (size_t i = 0; i < text.size(); i += 5, ++n) s.data(chunk({{"content", text.substr(i, 5)}}));
   s.data(chunk(json::object(), finish));
-  s.data({{"id", "chatcmpl-1"}, {"choices", json::array()},
+  s.data({{"id", "chatcmpl-1"},
+          {"choices", json::array()},
           {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", n}, {"total_tokens", prompt + n}}}});
   s.raw("data: [DONE]\n\n");
   s.end();
@@ -146,52 +150,72 @@ void openai_text(Sse& s, const std::string& text, const std::string& finish, int
 void openai_tools(Sse& s) {
   s.data(chunk({{"role", "assistant"}, {"content", nullptr}, {"reasoning_content", "Let me think."}}));
   s.data(chunk({{"content", "Looking."}}));
-  s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_a"}, {"type", "function"},
-                                 {"function", {{"name", "list_dir"}, {"arguments", ""}}}}}}}));
+  s.data(chunk({{"tool_calls",
+                 {{{"index", 0},
+                   {"id", "call_a"},
+                   {"type", "function"},
+                   {"function", {{"name", "list_dir"}, {"arguments", ""}}}}}}}));
   s.data(chunk({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", "{\"pa"}}}}}}}));
   s.data(chunk({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", "th\": \"src\"}"}}}}}}}));
-  s.data(chunk({{"tool_calls", {{{"index", 1}, {"id", "call_b"}, {"type", "function"},
-                                 {"function", {{"name", "grep"}, {"arguments", "{\"pattern\":\"x\"}"}}}}}}}));
+  s.data(chunk({{"tool_calls",
+                 {{{"index", 1},
+                   {"id", "call_b"},
+                   {"type", "function"},
+                   {"function", {{"name", "grep"}, {"arguments", "{\"pattern\":\"x\"}"}}}}}}}));
   s.data(chunk(json::object(), "tool_calls"));
   s.data({{"choices", json::array()},
-          {"usage", {{"prompt_tokens", 120}, {"completion_tokens", 30},
-                     {"completion_tokens_details", {{"reasoning_tokens", 4}}}}}});
+          {"usage",
+           {{"prompt_tokens", 120},
+            {"completion_tokens", 30},
+            {"completion_tokens_details", {{"reasoning_tokens", 4}}}}}});
   s.raw("data: [DONE]\n\n");
   s.end();
 }
 
 void anthropic_message(Sse& s, bool tool, const std::string& text = "Here is the answer.") {
-  s.event("message_start", {{"type", "message_start"},
-                            {"message", {{"id", "msg_1"}, {"type", "message"}, {"role", "assistant"},
-                                         {"content", json::array()}, {"model", "fake"},
-                                         {"usage", {{"input_tokens", 200}, {"cache_read_input_tokens", 50},
-                                                    {"output_tokens", 1}}}}}});
+  s.event("message_start",
+          {{"type", "message_start"},
+           {"message",
+            {{"id", "msg_1"},
+             {"type", "message"},
+             {"role", "assistant"},
+             {"content", json::array()},
+             {"model", "fake"},
+             {"usage", {{"input_tokens", 200}, {"cache_read_input_tokens", 50}, {"output_tokens", 1}}}}}});
   s.event("ping", {{"type", "ping"}});
   int idx = 0;
   if (tool) {
-    s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx},
-                                    {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx},
+    s.event(
+        "content_block_start",
+        {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
+    s.event("content_block_delta", {{"type", "content_block_delta"},
+                                    {"index", idx},
                                     {"delta", {{"type", "thinking_delta"}, {"thinking", "I should list the dir."}}}});
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx},
+    s.event("content_block_delta", {{"type", "content_block_delta"},
+                                    {"index", idx},
                                     {"delta", {{"type", "signature_delta"}, {"signature", "SIG123"}}}});
     s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
     ++idx;
   }
-  s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx},
-                                  {"content_block", {{"type", "text"}, {"text", ""}}}});
+  s.event("content_block_start",
+          {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "text"}, {"text", ""}}}});
   for (size_t i = 0; i < text.size(); i += 6)
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx},
+    s.event("content_block_delta", {{"type", "content_block_delta"},
+                                    {"index", idx},
                                     {"delta", {{"type", "text_delta"}, {"text", text.substr(i, 6)}}}});
   s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
   ++idx;
   if (tool) {
-    s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx},
-                                    {"content_block", {{"type", "tool_use"}, {"id", "toolu_01"}, {"name", "list_dir"},
-                                                       {"input", json::object()}}}});
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx},
+    s.event("content_block_start",
+            {{"type", "content_block_start"},
+             {"index", idx},
+             {"content_block",
+              {{"type", "tool_use"}, {"id", "toolu_01"}, {"name", "list_dir"}, {"input", json::object()}}}});
+    s.event("content_block_delta", {{"type", "content_block_delta"},
+                                    {"index", idx},
                                     {"delta", {{"type", "input_json_delta"}, {"partial_json", "{\"path\": "}}}});
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx},
+    s.event("content_block_delta", {{"type", "content_block_delta"},
+                                    {"index", idx},
                                     {"delta", {{"type", "input_json_delta"}, {"partial_json", "\".\"}"}}}});
     s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
   }
@@ -222,14 +246,26 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 // caching is simulated the way each API documents it (OpenAI: the longest prefix shared with an earlier
 // request, in 128-token steps from 1,024; Anthropic: only at cache_control breakpoints, read where an
 // earlier request wrote the same prefix, written up to the last breakpoint).
-const char* const kLoopFiles[] = {
-    "supervisor/orchestration/session.cpp",     "supervisor/orchestration/hub.cpp",         "supervisor/net/http_client.cpp",
-    "supervisor/records/transcript.cpp",  "supervisor/web/web_tools.cpp",   "sandbox/launch.cpp",
-    "child/tools/grep.cpp",           "supervisor/cli/mcp.cpp",     "protocol/messages.cpp",
-    "supervisor/models/provider_stream.cpp", "supervisor/frontends/mcp.cpp",     "supervisor/policy/preset.cpp",
-    "supervisor/records/scrub.cpp",       "child/tools/common.cpp",         "supervisor/cli/run.cpp",
-    "child/tools/read_tools.cpp",     "supervisor/orchestration/workspace.cpp",   "child/tools/process.cpp",
-    "supervisor/models/model_config.cpp", "supervisor/cli/policy.cpp"};
+const char* const kLoopFiles[] = {"supervisor/orchestration/session.cpp",
+                                  "supervisor/orchestration/hub.cpp",
+                                  "supervisor/net/http_client.cpp",
+                                  "supervisor/records/transcript.cpp",
+                                  "supervisor/web/web_tools.cpp",
+                                  "sandbox/launch.cpp",
+                                  "child/tools/grep.cpp",
+                                  "supervisor/cli/mcp.cpp",
+                                  "protocol/messages.cpp",
+                                  "supervisor/models/provider_stream.cpp",
+                                  "supervisor/frontends/mcp.cpp",
+                                  "supervisor/policy/preset.cpp",
+                                  "supervisor/records/scrub.cpp",
+                                  "child/tools/common.cpp",
+                                  "supervisor/cli/run.cpp",
+                                  "child/tools/read_tools.cpp",
+                                  "supervisor/orchestration/workspace.cpp",
+                                  "child/tools/process.cpp",
+                                  "supervisor/models/model_config.cpp",
+                                  "supervisor/cli/policy.cpp"};
 
 struct Loop {
   int steps = 40;
@@ -259,7 +295,7 @@ void strip_cache_control(json& j) {
     for (auto& v : j) strip_cache_control(v);
 }
 
-std::map<std::string, std::vector<std::string>> openai_prefixes;  // cache key -> earlier requests
+std::map<std::string, std::vector<std::string>> openai_prefixes;     // cache key -> earlier requests
 std::map<std::string, std::map<std::string, bool>> anthropic_cache;  // token -> prefixes written
 
 long tokens_of(size_t bytes, double bpt) { return long((double(bytes) + bpt - 1) / bpt); }
@@ -294,13 +330,17 @@ std::tuple<long, long, long> anthropic_input(const json& body, const std::string
   };
   for (const auto& t : body.value("tools", json::array())) add(t);
   if (body.contains("system")) {
-    if (body["system"].is_string()) add(json{{"type", "text"}, {"text", body["system"]}});
-    else for (const auto& b : body["system"]) add(b);
+    if (body["system"].is_string())
+      add(json{{"type", "text"}, {"text", body["system"]}});
+    else
+      for (const auto& b : body["system"]) add(b);
   }
   for (const auto& m : body.value("messages", json::array())) {
     add(json{{"role", m.value("role", "")}});
-    if (m["content"].is_string()) add(json{{"type", "text"}, {"text", m["content"]}});
-    else for (const auto& b : m["content"]) add(b);
+    if (m["content"].is_string())
+      add(json{{"type", "text"}, {"text", m["content"]}});
+    else
+      for (const auto& b : m["content"]) add(b);
   }
   std::string prefix;
   size_t read_bytes = 0, write_end = 0;
@@ -311,8 +351,10 @@ std::tuple<long, long, long> anthropic_input(const json& body, const std::string
     prefix += text;
     if (!bp) continue;
     if (long(double(prefix.size()) / bpt) < 1024) continue;  // under the minimum cacheable length
-    if (cache.count(prefix)) read_bytes = prefix.size();
-    else written.push_back(prefix);
+    if (cache.count(prefix))
+      read_bytes = prefix.size();
+    else
+      written.push_back(prefix);
     write_end = prefix.size();
   }
   for (auto& w : written) cache[w] = true;
@@ -339,12 +381,13 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
   const bool has_tools = body.contains("tools") && !body["tools"].empty();
   const bool call = has_tools && k < size_t(l.steps);
   const size_t nfiles = sizeof kLoopFiles / sizeof *kLoopFiles;
-  const json args = {{"path", kLoopFiles[k % nfiles]},
-                     {"start_line", 1 + 60 * (k / nfiles)},
-                     {"end_line", 60 * (k / nfiles + 1)}};
-  const std::string text = call ? "Reading the next file." :
-      "## Summary\nExplored " + std::to_string(k) + " file windows of the repository.\n## What I did or found\n"
-      "Read the session, hub, HTTP and protocol code.\n## Evidence\n- supervisor/orchestration/session.cpp:1 - the session\n";
+  const json args = {
+      {"path", kLoopFiles[k % nfiles]}, {"start_line", 1 + 60 * (k / nfiles)}, {"end_line", 60 * (k / nfiles + 1)}};
+  const std::string text = call ? "Reading the next file."
+                                : "## Summary\nExplored " + std::to_string(k) +
+                                      " file windows of the repository.\n## What I did or found\n"
+                                      "Read the session, hub, HTTP and protocol code.\n## Evidence\n- "
+                                      "supervisor/orchestration/session.cpp:1 - the session\n";
   const std::string args_text = args.dump();
   const long visible = tokens_of(text.size() + (call ? args_text.size() + 9 : 0), 4);
   Sse s(fd);
@@ -356,50 +399,84 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
     const long max_tokens = body.value("max_tokens", 0L);
     auto [in, cache_write, cache_read] = anthropic_input(body, token, l.bpt);
     s.event("message_start", {{"type", "message_start"},
-                              {"message", {{"id", "msg_loop"}, {"type", "message"}, {"role", "assistant"},
-                                           {"content", json::array()}, {"model", "fake"},
-                                           {"usage", {{"input_tokens", in}, {"cache_creation_input_tokens", cache_write},
-                                                      {"cache_read_input_tokens", cache_read}, {"output_tokens", 1}}}}}});
+                              {"message",
+                               {{"id", "msg_loop"},
+                                {"type", "message"},
+                                {"role", "assistant"},
+                                {"content", json::array()},
+                                {"model", "fake"},
+                                {"usage",
+                                 {{"input_tokens", in},
+                                  {"cache_creation_input_tokens", cache_write},
+                                  {"cache_read_input_tokens", cache_read},
+                                  {"output_tokens", 1}}}}}});
     int idx = 0;
     if (thinking > 0) {  // summarized thinking: a short text for many tokens served
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
-      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "thinking_delta"}, {"thinking", "Next file."}}}});
-      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "signature_delta"}, {"signature", "SIG" + std::to_string(k)}}}});
+      s.event("content_block_start", {{"type", "content_block_start"},
+                                      {"index", idx},
+                                      {"content_block", {{"type", "thinking"}, {"thinking", ""}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"},
+                                      {"index", idx},
+                                      {"delta", {{"type", "thinking_delta"}, {"thinking", "Next file."}}}});
+      s.event("content_block_delta",
+              {{"type", "content_block_delta"},
+               {"index", idx},
+               {"delta", {{"type", "signature_delta"}, {"signature", "SIG" + std::to_string(k)}}}});
       s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
       ++idx;
     }
-    s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-    s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    s.event("content_block_start",
+            {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+    s.event("content_block_delta",
+            {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
     s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
     ++idx;
     if (call) {
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", idx},
-                                      {"content_block", {{"type", "tool_use"}, {"id", "toolu_" + std::to_string(k)}, {"name", "read_file"}, {"input", json::object()}}}});
-      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "input_json_delta"}, {"partial_json", args_text}}}});
+      s.event("content_block_start", {{"type", "content_block_start"},
+                                      {"index", idx},
+                                      {"content_block",
+                                       {{"type", "tool_use"},
+                                        {"id", "toolu_" + std::to_string(k)},
+                                        {"name", "read_file"},
+                                        {"input", json::object()}}}});
+      s.event("content_block_delta", {{"type", "content_block_delta"},
+                                      {"index", idx},
+                                      {"delta", {{"type", "input_json_delta"}, {"partial_json", args_text}}}});
       s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
     }
     json usage = {{"output_tokens", std::min(max_tokens, visible + thinking)}};
     if (thinking > 0) usage["output_tokens_details"] = {{"thinking_tokens", thinking}};
-    s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", call ? "tool_use" : "end_turn"}}}, {"usage", usage}});
+    s.event(
+        "message_delta",
+        {{"type", "message_delta"}, {"delta", {{"stop_reason", call ? "tool_use" : "end_turn"}}}, {"usage", usage}});
     s.event("message_stop", {{"type", "message_stop"}});
   } else {
     auto [prompt, cached] = openai_input(body, token, l.bpt);
     long reasoning = 0;
     if (body.contains("reasoning_effort")) {
       const std::string e = body["reasoning_effort"];
-      reasoning = std::min<long>(l.think * (e == "high" ? 4 : e == "medium" ? 2 : 1) / 2,
+      reasoning = std::min<long>(l.think *
+                                     (e == "high"     ? 4
+                                      : e == "medium" ? 2
+                                                      : 1) /
+                                     2,
                                  body.value("max_completion_tokens", body.value("max_tokens", 0L)) - visible);
       reasoning = std::max(0L, reasoning);
     }
     s.data(chunk({{"role", "assistant"}, {"content", text}}));
     if (call)
-      s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_" + std::to_string(k)}, {"type", "function"},
-                                     {"function", {{"name", "read_file"}, {"arguments", args_text}}}}}}}));
+      s.data(chunk({{"tool_calls",
+                     {{{"index", 0},
+                       {"id", "call_" + std::to_string(k)},
+                       {"type", "function"},
+                       {"function", {{"name", "read_file"}, {"arguments", args_text}}}}}}}));
     s.data(chunk(json::object(), call ? "tool_calls" : "stop"));
     s.data({{"choices", json::array()},
-            {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", visible + reasoning},
-                       {"prompt_tokens_details", {{"cached_tokens", cached}}},
-                       {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}}}});
+            {"usage",
+             {{"prompt_tokens", prompt},
+              {"completion_tokens", visible + reasoning},
+              {"prompt_tokens_details", {{"cached_tokens", cached}}},
+              {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}}}});
     s.raw("data: [DONE]\n\n");
   }
   s.end();
@@ -417,8 +494,10 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     json offered = json::array();  // OpenAI {type, function: {name}} and Anthropic {name} alike
     if (body.is_object() && body.contains("tools") && body["tools"].is_array())
       for (const auto& t : body["tools"]) {
-        if (t.contains("function")) offered.push_back(t["function"].value("name", ""));
-        else if (t.contains("name")) offered.push_back(t.value("name", ""));
+        if (t.contains("function"))
+          offered.push_back(t["function"].value("name", ""));
+        else if (t.contains("name"))
+          offered.push_back(t.value("name", ""));
       }
     seen[token].push_back({{"path", r.path}, {"headers", h}, {"body", body}, {"tools_offered", offered}});
     attempt = ++attempts[token];
@@ -431,23 +510,39 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     Sse s(fd);
     const bool tools = body.contains("tools") && !body["tools"].empty();
     if (scenario == "length" && !tools) {
-      if (anthropic) anthropic_message(s, false, "## Summary\nWrapped up after the cut.\n");
-      else openai_text(s, "## Summary\nWrapped up after the cut.\n", "stop");
+      if (anthropic)
+        anthropic_message(s, false, "## Summary\nWrapped up after the cut.\n");
+      else
+        openai_text(s, "## Summary\nWrapped up after the cut.\n", "stop");
       return s.ok;
     }
     if (anthropic) {
       s.event("message_start", {{"type", "message_start"}, {"message", {{"usage", {{"input_tokens", 40}}}}}});
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "Searching."}}}});
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 1},
-                                      {"content_block", {{"type", "tool_use"}, {"id", "toolu_cut"}, {"name", "grep"}, {"input", json::object()}}}});
-      s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", 1}, {"delta", {{"type", "input_json_delta"}, {"partial_json", "{\"pattern\": \"re"}}}});
-      s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", "max_tokens"}}}, {"usage", {{"output_tokens", 12}}}});
+      s.event("content_block_start",
+              {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+      s.event(
+          "content_block_delta",
+          {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "Searching."}}}});
+      s.event("content_block_start",
+              {{"type", "content_block_start"},
+               {"index", 1},
+               {"content_block",
+                {{"type", "tool_use"}, {"id", "toolu_cut"}, {"name", "grep"}, {"input", json::object()}}}});
+      s.event("content_block_delta",
+              {{"type", "content_block_delta"},
+               {"index", 1},
+               {"delta", {{"type", "input_json_delta"}, {"partial_json", "{\"pattern\": \"re"}}}});
+      s.event(
+          "message_delta",
+          {{"type", "message_delta"}, {"delta", {{"stop_reason", "max_tokens"}}}, {"usage", {{"output_tokens", 12}}}});
       s.event("message_stop", {{"type", "message_stop"}});
     } else {
       s.data(chunk({{"role", "assistant"}, {"content", "Searching."}}));
-      s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_cut"}, {"type", "function"},
-                                     {"function", {{"name", "grep"}, {"arguments", "{\"pattern\": \"re"}}}}}}}));
+      s.data(chunk({{"tool_calls",
+                     {{{"index", 0},
+                       {"id", "call_cut"},
+                       {"type", "function"},
+                       {"function", {{"name", "grep"}, {"arguments", "{\"pattern\": \"re"}}}}}}}));
       s.data(chunk(json::object(), "length"));
       s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", 40}, {"completion_tokens", 12}}}});
       s.raw("data: [DONE]\n\n");
@@ -467,12 +562,16 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     s.data(chunk({{"role", "assistant"}, {"content", turn.value("content", "")}}));
     const json calls = turn.value("tool_calls", json::array());
     for (size_t i = 0; i < calls.size(); ++i)
-      s.data(chunk({{"tool_calls", {{{"index", i}, {"id", "call_" + std::to_string(attempt) + "_" + std::to_string(i)},
-                                     {"type", "function"},
-                                     {"function", {{"name", calls[i].value("name", "")},
-                                                   {"arguments", calls[i].value("arguments", json::object()).dump()}}}}}}}));
+      s.data(chunk({{"tool_calls",
+                     {{{"index", i},
+                       {"id", "call_" + std::to_string(attempt) + "_" + std::to_string(i)},
+                       {"type", "function"},
+                       {"function",
+                        {{"name", calls[i].value("name", "")},
+                         {"arguments", calls[i].value("arguments", json::object()).dump()}}}}}}}));
     s.data(chunk(json::object(), calls.empty() ? "stop" : "tool_calls"));
-    s.data({{"id", "chatcmpl-1"}, {"choices", json::array()},
+    s.data({{"id", "chatcmpl-1"},
+            {"choices", json::array()},
             {"usage", {{"prompt_tokens", 100}, {"completion_tokens", 10}, {"total_tokens", 110}}}});
     s.raw("data: [DONE]\n\n");
     s.end();
@@ -480,28 +579,37 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
   }
   if (scenario == "text") {
     Sse s(fd);
-    if (anthropic) anthropic_message(s, false);
-    else openai_text(s, "Hello from the fake model.", "stop");
+    if (anthropic)
+      anthropic_message(s, false);
+    else
+      openai_text(s, "Hello from the fake model.", "stop");
     return s.ok;
   }
   if (scenario == "tools") {
     Sse s(fd);
-    if (anthropic) anthropic_message(s, true, "Let me look.");
-    else openai_tools(s);
+    if (anthropic)
+      anthropic_message(s, true, "Let me look.");
+    else
+      openai_tools(s);
     return s.ok;
   }
   if (scenario == "agent") {  // tool call first, then an answer once a tool result is in the history
     Sse s(fd);
     const bool answered = has_tool_result(body);
     if (anthropic) {
-      if (answered) anthropic_message(s, false, "## Summary\nThe workspace was listed.\n");
-      else anthropic_message(s, true, "Let me look.");
+      if (answered)
+        anthropic_message(s, false, "## Summary\nThe workspace was listed.\n");
+      else
+        anthropic_message(s, true, "Let me look.");
     } else if (answered) {
       openai_text(s, "## Summary\nThe workspace was listed.\n", "stop");
     } else {
       s.data(chunk({{"role", "assistant"}, {"content", "Listing."}}));
-      s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "call_1"}, {"type", "function"},
-                                     {"function", {{"name", "list_dir"}, {"arguments", "{\"path\":\".\"}"}}}}}}}));
+      s.data(chunk({{"tool_calls",
+                     {{{"index", 0},
+                       {"id", "call_1"},
+                       {"type", "function"},
+                       {"function", {{"name", "list_dir"}, {"arguments", "{\"path\":\".\"}"}}}}}}}));
       s.data(chunk(json::object(), "tool_calls"));
       s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", 50}, {"completion_tokens", 9}}}});
       s.raw("data: [DONE]\n\n");
@@ -512,14 +620,14 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
   if (scenario == "429") {
     if (attempt == 1)
       return write_all(fd, response(429, "application/json", R"({"error":{"message":"Rate limit reached"}})",
-                                    "Retry-After: 1\r\n")) && true;
+                                    "Retry-After: 1\r\n")) &&
+             true;
     Sse s(fd);
     anthropic ? anthropic_message(s, false) : openai_text(s, "after the rate limit", "stop");
     return s.ok;
   }
   if (scenario == "500") {
-    if (attempt == 1)
-      return write_all(fd, response(500, "application/json", R"({"error":{"message":"internal"}})"));
+    if (attempt == 1) return write_all(fd, response(500, "application/json", R"({"error":{"message":"internal"}})"));
     Sse s(fd);
     anthropic ? anthropic_message(s, false) : openai_text(s, "after the 500", "stop");
     return s.ok;
@@ -527,7 +635,8 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
   if (scenario == "always503")
     return write_all(fd, response(503, "application/json", R"({"error":{"message":"overloaded"}})"));
   if (scenario == "retry-after-long")
-    return write_all(fd, response(429, "application/json", R"({"error":{"message":"slow down"}})", "Retry-After: 3600\r\n"));
+    return write_all(
+        fd, response(429, "application/json", R"({"error":{"message":"slow down"}})", "Retry-After: 3600\r\n"));
   if (scenario == "401")
     return write_all(fd, response(401, "application/json",
                                   R"({"error":{"message":"Incorrect API key provided: sk-test-SECRET-123"}})"));
@@ -543,8 +652,8 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     return false;
   }
   if (scenario == "truncated") {
-    std::string events = "data: " + chunk({{"content", "cut "}}).dump() + "\n\ndata: " +
-                         chunk({{"content", "off"}}).dump() + "\n\ndata: {\"choi";
+    std::string events = "data: " + chunk({{"content", "cut "}}).dump() +
+                         "\n\ndata: " + chunk({{"content", "off"}}).dump() + "\n\ndata: {\"choi";
     write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
                       std::to_string(events.size() + 500) + "\r\n\r\n" + events);
     return false;
@@ -577,8 +686,11 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     Sse s(fd);
     if (anthropic) {
       s.event("message_start", {{"type", "message_start"}, {"message", {{"usage", {{"input_tokens", 5}}}}}});
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", "hm"}}}});
-      s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", "brand_new_reason"}}}, {"usage", {{"output_tokens", 1}}}});
+      s.event("content_block_start",
+              {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", "hm"}}}});
+      s.event("message_delta", {{"type", "message_delta"},
+                                {"delta", {{"stop_reason", "brand_new_reason"}}},
+                                {"usage", {{"output_tokens", 1}}}});
       s.event("message_stop", {{"type", "message_stop"}});
       s.end();
     } else {
@@ -590,10 +702,14 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
     Sse s(fd);
     if (anthropic) {
       s.event("message_start", {{"type", "message_start"}, {"message", {{"usage", {{"input_tokens", 30}}}}}});
-      s.event("content_block_start", {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+      s.event("content_block_start",
+              {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
       for (int i = 0; i < 1000 && s.ok; ++i)
-        s.event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "tok "}}}});
-      s.event("message_delta", {{"type", "message_delta"}, {"delta", {{"stop_reason", "end_turn"}}}, {"usage", {{"output_tokens", 1000}}}});
+        s.event("content_block_delta",
+                {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "tok "}}}});
+      s.event(
+          "message_delta",
+          {{"type", "message_delta"}, {"delta", {{"stop_reason", "end_turn"}}}, {"usage", {{"output_tokens", 1000}}}});
       s.event("message_stop", {{"type", "message_stop"}});
     } else {
       for (int i = 0; i < 1000 && s.ok; ++i) s.data(chunk({{"content", "tok "}}));
@@ -617,7 +733,8 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
   }
   if (scenario == "bad-args") {
     Sse s(fd);
-    s.data(chunk({{"tool_calls", {{{"index", 0}, {"id", "c"}, {"function", {{"name", "grep"}, {"arguments", "{not json"}}}}}}}));
+    s.data(chunk(
+        {{"tool_calls", {{{"index", 0}, {"id", "c"}, {"function", {{"name", "grep"}, {"arguments", "{not json"}}}}}}}));
     s.data(chunk(json::object(), "tool_calls"));
     s.raw("data: [DONE]\n\n");
     s.end();
@@ -665,7 +782,8 @@ bool web(int fd, const Req& r) {
     std::string to = query_param(r.query, "to");
     return write_all(fd, "HTTP/1.1 302 Found\r\nLocation: " + to + "\r\nContent-Length: 0\r\n\r\n");
   }
-  if (p == "/web/redirect-loop") return write_all(fd, "HTTP/1.1 302 Found\r\nLocation: /web/redirect-loop\r\nContent-Length: 0\r\n\r\n");
+  if (p == "/web/redirect-loop")
+    return write_all(fd, "HTTP/1.1 302 Found\r\nLocation: /web/redirect-loop\r\nContent-Length: 0\r\n\r\n");
   if (p == "/web/big") {  // 10 MB, no Content-Length (read until close)
     write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n");
     std::string block(1 << 20, 'a');
@@ -679,10 +797,14 @@ bool web(int fd, const Req& r) {
     return false;
   }
   if (p == "/web/search") {
-    if (query_param(r.query, "format") != "json") return write_all(fd, response(400, "text/plain", "format=json required"));
-    json res = {{"query", query_param(r.query, "q")},
-                {"results", json::array({{{"url", "https://example.org/a"}, {"title", "Result A"}, {"content", "About " + query_param(r.query, "q")}},
-                                         {{"url", "https://example.org/b"}, {"title", "Result B"}, {"content", "More"}}})}};
+    if (query_param(r.query, "format") != "json")
+      return write_all(fd, response(400, "text/plain", "format=json required"));
+    json res = {
+        {"query", query_param(r.query, "q")},
+        {"results", json::array({{{"url", "https://example.org/a"},
+                                  {"title", "Result A"},
+                                  {"content", "About " + query_param(r.query, "q")}},
+                                 {{"url", "https://example.org/b"}, {"title", "Result B"}, {"content", "More"}}})}};
     return write_all(fd, response(200, "application/json", res.dump()));
   }
   return write_all(fd, response(404, "text/plain", "not found"));
@@ -708,8 +830,10 @@ void serve(int fd) {
       }
     } else if (r.path.rfind("/s/", 0) == 0) {
       auto a = r.path.find('/', 3), b = a == std::string::npos ? a : r.path.find('/', a + 1);
-      if (b == std::string::npos) keep = write_all(fd, response(404, "text/plain", "bad path"));
-      else keep = model(fd, r, r.path.substr(3, a - 3), r.path.substr(a + 1, b - a - 1));
+      if (b == std::string::npos)
+        keep = write_all(fd, response(404, "text/plain", "bad path"));
+      else
+        keep = model(fd, r, r.path.substr(3, a - 3), r.path.substr(a + 1, b - a - 1));
     } else {
       keep = web(fd, r);
     }
@@ -752,7 +876,8 @@ int main() {
     while (::read(0, &c, 1) != 0) {
     }
     std::_Exit(0);
-  }).detach();
+  })
+      .detach();
   pollfd fds[2] = {{l1, POLLIN, 0}, {l2, POLLIN, 0}};
   for (;;) {
     if (::poll(fds, 2, -1) < 0) continue;

@@ -105,8 +105,7 @@ int do_link(const char* from, const char* to) {
 
 // Sends "ping" and waits up to two seconds for the listener's "pong".
 int ping(int fd, const sockaddr* to, socklen_t len, const std::string& what) {
-  if (to ? ::sendto(fd, "ping", 4, MSG_NOSIGNAL, to, len) != 4
-         : ::send(fd, "ping", 4, MSG_NOSIGNAL) != 4) {
+  if (to ? ::sendto(fd, "ping", 4, MSG_NOSIGNAL, to, len) != 4 : ::send(fd, "ping", 4, MSG_NOSIGNAL) != 4) {
     int err = errno;
     ::close(fd);
     return blocked("send to " + what, err);
@@ -116,14 +115,12 @@ int ping(int fd, const sockaddr* to, socklen_t len, const std::string& what) {
   ssize_t n = ::poll(&p, 1, 2000) == 1 ? ::recv(fd, buf, sizeof buf, 0) : -1;
   int err = n < 0 ? (errno ? errno : ETIMEDOUT) : 0;
   ::close(fd);
-  if (n != 4 || std::memcmp(buf, "pong", 4) != 0)
-    return blocked("answer from " + what, err ? err : EPROTO);
+  if (n != 4 || std::memcmp(buf, "pong", 4) != 0) return blocked("answer from " + what, err ? err : EPROTO);
   return succeeded("exchanged ping/pong with " + what);
 }
 
 int do_inet(int type, const char* port_text) {
-  const std::string what =
-      std::string(type == SOCK_STREAM ? "tcp" : "udp") + " 127.0.0.1:" + port_text;
+  const std::string what = std::string(type == SOCK_STREAM ? "tcp" : "udp") + " 127.0.0.1:" + port_text;
   int fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return blocked("socket for " + what, errno);
   sockaddr_in addr{};
@@ -165,14 +162,12 @@ int do_unix_stream(const char* name, bool abstract) {
 // A datagram socket from socketpair(2) (the one socket call a network-less preset keeps) can still
 // name a destination in sendto(2): this tries to reach a path-bound datagram listener that way.
 int do_unix_dgram_via_socketpair(const char* path) {
-  const std::string what =
-      std::string("unix datagram socket ") + path + " (via socketpair + sendto)";
+  const std::string what = std::string("unix datagram socket ") + path + " (via socketpair + sendto)";
   sockaddr_un addr;
   socklen_t len = unix_address(path, false, &addr);
   if (len == 0) return usage("socket path too long");
   int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0)
-    return blocked("socketpair", errno);
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return blocked("socketpair", errno);
   // A Unix datagram is queued at the receiver by sendto itself: success means it arrived. (No
   // answer can come back: a connected datagram socket accepts datagrams only from its peer.)
   ssize_t n = ::sendto(sv[0], "ping", 4, MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), len);
@@ -195,8 +190,7 @@ int do_ptrace(pid_t pid) {
 int do_vm_readv(pid_t pid, const char* address_text) {
   std::uint64_t value = 0;
   struct iovec local = {&value, sizeof value};
-  struct iovec remote = {reinterpret_cast<void*>(std::strtoull(address_text, nullptr, 16)),
-                         sizeof value};
+  struct iovec remote = {reinterpret_cast<void*>(std::strtoull(address_text, nullptr, 16)), sizeof value};
   if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof value))
     return blocked("process_vm_readv of pid " + std::to_string(pid), errno);
   if (value != g_secret) return blocked("process_vm_readv read the wrong value", EFAULT);
@@ -204,8 +198,7 @@ int do_vm_readv(pid_t pid, const char* address_text) {
 }
 
 int do_signal(pid_t pid) {
-  if (::kill(pid, SIGUSR1) != 0)
-    return blocked("kill(" + std::to_string(pid) + ", SIGUSR1)", errno);
+  if (::kill(pid, SIGUSR1) != 0) return blocked("kill(" + std::to_string(pid) + ", SIGUSR1)", errno);
   return succeeded("sent SIGUSR1 to pid " + std::to_string(pid));
 }
 
@@ -216,8 +209,7 @@ int do_sibling() {
   sa.sa_handler = [](int) {};
   ::sigaction(SIGUSR1, &sa, nullptr);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  std::printf("%d %llx\n", ::getpid(),
-              static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&g_secret)));
+  std::printf("%d %llx\n", ::getpid(), static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&g_secret)));
   std::fflush(stdout);
   char c;
   for (;;) {
@@ -242,9 +234,8 @@ int do_io_uring() {
 // Under the sandbox's filter it is killed by SIGSYS instead.
 int do_x32() {
   long rc = ::syscall(0x40000000L | SYS_getpid);
-  return succeeded(rc < 0
-                       ? std::string("x32 getpid returned ") + std::strerror(errno) + " and we live"
-                       : "x32 getpid returned " + std::to_string(rc));
+  return succeeded(rc < 0 ? std::string("x32 getpid returned ") + std::strerror(errno) + " and we live"
+                          : "x32 getpid returned " + std::to_string(rc));
 }
 
 // --- outliving the child
@@ -315,8 +306,7 @@ int do_membomb(long mib) {
   std::vector<void*> pieces;
   int err = 0;
   for (long done = 0; done < mib; done += 256) {
-    void* p = ::mmap(nullptr, kPiece, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = ::mmap(nullptr, kPiece, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
       err = errno;
       break;
@@ -385,18 +375,18 @@ int do_tree_memory(int procs, long mib) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (WIFSIGNALED(status)) ++killed;
-    else if (WEXITSTATUS(status) != 0) ++failed;
+    if (WIFSIGNALED(status))
+      ++killed;
+    else if (WEXITSTATUS(status) != 0)
+      ++failed;
   }
-  const std::string what = std::to_string(held) + " of " + std::to_string(procs) +
-                           " processes held " + std::to_string(mib) + " MiB each (" +
-                           std::to_string(static_cast<long>(held) * mib) + " MiB in all); " +
-                           std::to_string(killed) + " killed by a signal, " +
+  const std::string what = std::to_string(held) + " of " + std::to_string(procs) + " processes held " +
+                           std::to_string(mib) + " MiB each (" + std::to_string(static_cast<long>(held) * mib) +
+                           " MiB in all); " + std::to_string(killed) + " killed by a signal, " +
                            std::to_string(failed) + " failed to map";
   // A process can report its memory held and still be OOM-killed while it waits: only a tree in
   // which every process held its memory and exited on its own succeeded.
-  if (held == procs && static_cast<int>(pids.size()) == procs && killed == 0 && failed == 0)
-    return succeeded(what);
+  if (held == procs && static_cast<int>(pids.size()) == procs && killed == 0 && failed == 0) return succeeded(what);
   return blocked(what, ENOMEM);
 }
 
@@ -427,12 +417,11 @@ int do_tree_cpu(int procs, double seconds) {
   ::clock_gettime(CLOCK_MONOTONIC, &end);
   struct rusage ru {};
   ::getrusage(RUSAGE_CHILDREN, &ru);
-  const double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-                     ru.ru_stime.tv_usec / 1e6;
+  const double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
   const double wall = (end.tv_sec - start.tv_sec) + (end.tv_nsec - start.tv_nsec) / 1e9;
   char text[128];
-  std::snprintf(text, sizeof text, "cpus=%.3f (%.3f s of CPU over %.3f s of wall time, %d processes)",
-                cpu / wall, cpu, wall, procs);
+  std::snprintf(text, sizeof text, "cpus=%.3f (%.3f s of CPU over %.3f s of wall time, %d processes)", cpu / wall, cpu,
+                wall, procs);
   return succeeded(text);
 }
 
@@ -471,8 +460,7 @@ int main(int argc, char** argv) {
   if (a == "ptrace" && need(1)) return do_ptrace(pid(2));
   if (a == "vm_readv" && need(2)) return do_vm_readv(pid(2), arg(3));
   if (a == "signal" && need(1)) return do_signal(pid(2));
-  if (a == "environ" && need(1))
-    return do_read(("/proc/" + std::string(arg(2)) + "/environ").c_str());
+  if (a == "environ" && need(1)) return do_read(("/proc/" + std::string(arg(2)) + "/environ").c_str());
   if (a == "sibling") return do_sibling();
   if (a == "io_uring") return do_io_uring();
   if (a == "x32") return do_x32();

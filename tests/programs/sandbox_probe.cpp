@@ -268,15 +268,11 @@ int do_privileges() {
     if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) ++bounding;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1) ++ambient;
   }
-  auto both = [](unsigned hi, unsigned lo) {
-    return (static_cast<unsigned long long>(hi) << 32) | lo;
-  };
-  printf("effective %llx\npermitted %llx\ninheritable %llx\n",
-         both(data[1].effective, data[0].effective), both(data[1].permitted, data[0].permitted),
-         both(data[1].inheritable, data[0].inheritable));
-  printf("bounding %d\nambient %d\nno_new_privs %d\nsession_leader %d\nsecurebits %x\n", bounding,
-         ambient, prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), getsid(0) == getpid(),
-         prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
+  auto both = [](unsigned hi, unsigned lo) { return (static_cast<unsigned long long>(hi) << 32) | lo; };
+  printf("effective %llx\npermitted %llx\ninheritable %llx\n", both(data[1].effective, data[0].effective),
+         both(data[1].permitted, data[0].permitted), both(data[1].inheritable, data[0].inheritable));
+  printf("bounding %d\nambient %d\nno_new_privs %d\nsession_leader %d\nsecurebits %x\n", bounding, ambient,
+         prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), getsid(0) == getpid(), prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
   fflush(stdout);
   return 0;
 }
@@ -286,8 +282,7 @@ int do_link(const char* from, const char* to) { return result(link(from, to)); }
 // Metadata changes, each on one existing path; the test checks from outside that nothing changed
 // when the probe reports a failure.
 int do_metadata(const std::string& action, const char* path, const char* arg) {
-  if (action == "chmod")
-    return result(chmod(path, *arg ? static_cast<mode_t>(strtol(arg, nullptr, 8)) : 0640));
+  if (action == "chmod") return result(chmod(path, *arg ? static_cast<mode_t>(strtol(arg, nullptr, 8)) : 0640));
   if (action == "chown_self") return result(chown(path, getuid(), getgid()));
   if (action == "utimensat") {
     struct timespec times[2] = {{12345, 0}, {12345, 0}};
@@ -360,9 +355,7 @@ int do_get_mempolicy() {
 }
 
 // fchmodat2 (Linux 6.6, syscall 452): newer than libseccomp 2.5.4's table, so in no group.
-int do_fchmodat2(const char* path) {
-  return result(syscall(452, AT_FDCWD, path, 0640, AT_SYMLINK_NOFOLLOW));
-}
+int do_fchmodat2(const char* path) { return result(syscall(452, AT_FDCWD, path, 0640, AT_SYMLINK_NOFOLLOW)); }
 
 // ioctl(request) on a pipe's read end; the request as given, high bits included.
 int do_ioctl_pipe(const char* hex) {
@@ -442,8 +435,8 @@ int main(int argc, char** argv) {
   if (action == "sleep") return do_sleep(atoi(arg));
   if (action == "privileges") return do_privileges();
   if (action == "kill") return do_kill(static_cast<pid_t>(atoi(arg)));
-  if (action == "chmod" || action == "chown_self" || action == "utimensat" ||
-      action == "setxattr" || action == "truncate" || action == "rename")
+  if (action == "chmod" || action == "chown_self" || action == "utimensat" || action == "setxattr" ||
+      action == "truncate" || action == "rename")
     return argc > 2 ? do_metadata(action, argv[2], argc > 3 ? argv[3] : "") : 120;
   if (action == "ids") return do_ids(arg);
   if (action == "named_sleep") return argc > 3 ? do_named_sleep(argv[2], atoi(argv[3])) : 120;

@@ -39,15 +39,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-using test::ProcInfo;
 using test::processes;
+using test::ProcInfo;
 
 // What each open fd of `pid` is ("pipe:[123]", a path, ...), for a report that names a leak.
 std::vector<std::string> fd_targets(pid_t pid) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::error_code e2;
     out.push_back(it->path().filename().string() + " -> " + fs::read_symlink(it->path(), e2).string());
   }
@@ -58,8 +58,8 @@ std::vector<std::string> fd_targets(pid_t pid) {
 int open_fds(pid_t pid) {
   int n = 0;
   std::error_code ec;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec); !ec && it != fs::directory_iterator();
-       it.increment(ec))
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
     ++n;
   return ec ? -1 : n;
 }
@@ -88,11 +88,11 @@ int closed_port() {
 // One kind of child in the mix.
 struct Kind {
   std::string name;
-  std::string mode;                 // the .fake-child line
+  std::string mode;  // the .fake-child line
   int weight;
   std::set<std::string> statuses;  // what its envelope may say
-  json spawn;                       // extra spawn fields
-  bool cancel = false;              // the driver cancels it once it runs
+  json spawn;                      // extra spawn fields
+  bool cancel = false;             // the driver cancels it once it runs
 };
 
 class Supervisor {
@@ -194,9 +194,11 @@ struct Options {
 };
 
 int usage(const char* why) {
-  std::fprintf(stderr, "soak_driver: %s\nusage: soak_driver --supervisor PATH --fake-child PATH --work DIR "
-                       "[--children N] [--concurrency N] [--warmup N] [--seed N] [--policy-dir DIR] [--max-rss-growth PERCENT] "
-                       "[--only KIND,...]\n", why);
+  std::fprintf(stderr,
+               "soak_driver: %s\nusage: soak_driver --supervisor PATH --fake-child PATH --work DIR "
+               "[--children N] [--concurrency N] [--warmup N] [--seed N] [--policy-dir DIR] [--max-rss-growth PERCENT] "
+               "[--only KIND,...]\n",
+               why);
   return 2;
 }
 
@@ -208,19 +210,31 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (i + 1 >= argc) return usage(("missing value for " + a).c_str());
     std::string v = argv[++i];
-    if (a == "--supervisor") o.supervisor = v;
-    else if (a == "--fake-child") o.fake_child = v;
-    else if (a == "--work") o.work = v;
-    else if (a == "--policy-dir") o.policy_dir = v;
-    else if (a == "--children") o.children = std::atoi(v.c_str());
-    else if (a == "--concurrency") o.concurrency = std::atoi(v.c_str());
-    else if (a == "--warmup") o.warmup = std::atoi(v.c_str());
-    else if (a == "--only") o.only = v;
-    else if (a == "--max-rss-growth") o.max_rss_growth = std::atof(v.c_str());
-    else if (a == "--seed") o.seed = static_cast<unsigned>(std::strtoul(v.c_str(), nullptr, 10));
-    else return usage(("unknown option " + a).c_str());
+    if (a == "--supervisor")
+      o.supervisor = v;
+    else if (a == "--fake-child")
+      o.fake_child = v;
+    else if (a == "--work")
+      o.work = v;
+    else if (a == "--policy-dir")
+      o.policy_dir = v;
+    else if (a == "--children")
+      o.children = std::atoi(v.c_str());
+    else if (a == "--concurrency")
+      o.concurrency = std::atoi(v.c_str());
+    else if (a == "--warmup")
+      o.warmup = std::atoi(v.c_str());
+    else if (a == "--only")
+      o.only = v;
+    else if (a == "--max-rss-growth")
+      o.max_rss_growth = std::atof(v.c_str());
+    else if (a == "--seed")
+      o.seed = static_cast<unsigned>(std::strtoul(v.c_str(), nullptr, 10));
+    else
+      return usage(("unknown option " + a).c_str());
   }
-  if (o.supervisor.empty() || o.fake_child.empty() || o.work.empty()) return usage("--supervisor, --fake-child and --work are required");
+  if (o.supervisor.empty() || o.fake_child.empty() || o.work.empty())
+    return usage("--supervisor, --fake-child and --work are required");
   if (o.children < 1 || o.concurrency < 1) return usage("--children and --concurrency must be positive");
   // The warm-up ends once the supervisor's bounded memories are full: the hub remembers the newest
   // 256 finished children (kKeepFinished), so the default warm-up is 300 children (a third of a short run).
@@ -235,21 +249,28 @@ int main(int argc, char** argv) {
   const fs::path child = work / ("soakc" + tag);
   fs::copy_file(o.fake_child, child, fs::copy_options::overwrite_existing);
   // Readable and executable by others: under a root supervisor the child runs as an id of its own.
-  fs::permissions(child, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                             fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(child, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                             fs::perms::others_exec);
   const std::string grandchild = "soakg" + tag;
 
   auto write = [&](const fs::path& p, const std::string& s) {
     fs::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
   };
-  write(work / "fast.jsonl", R"({"content":"## Summary\nsoak ok"})" "\n");
-  write(work / "slow.jsonl", R"({"content":"## Summary\nsoak slow","delay_ms":300})" "\n");
-  write(work / "long.jsonl", R"({"content":"## Summary\nlong","delay_ms":3000})" "\n");
+  write(work / "fast.jsonl", R"({"content":"## Summary\nsoak ok"})"
+                             "\n");
+  write(work / "slow.jsonl", R"({"content":"## Summary\nsoak slow","delay_ms":300})"
+                             "\n");
+  write(work / "long.jsonl", R"({"content":"## Summary\nlong","delay_ms":3000})"
+                             "\n");
   json models = {{"providers",
                   {{"down",
-                    {{"type", "openai"}, {"base_url", "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1"},
-                     {"model", "m"}, {"max_retries", 1}, {"retry_base_delay_ms", 20}, {"connect_timeout_ms", 2000}}}}}};
+                    {{"type", "openai"},
+                     {"base_url", "http://127.0.0.1:" + std::to_string(closed_port()) + "/v1"},
+                     {"model", "m"},
+                     {"max_retries", 1},
+                     {"retry_base_delay_ms", 20},
+                     {"connect_timeout_ms", 2000}}}}}};
   write(work / "models.json", models.dump());
   const std::string fast = "replay:" + (work / "fast.jsonl").string();
   const std::string slow = "replay:" + (work / "slow.jsonl").string();
@@ -286,11 +307,26 @@ int main(int argc, char** argv) {
   }
   for (auto& k : kinds) write(work / "ws" / k.name / ".fake-child", k.mode + "\n");
 
-  std::vector<std::string> serve_argv = {o.supervisor, "serve", "--child", child.string(), "--child-arg", "from_workspace",
-                                   "--model", fast, "--max-concurrent", std::to_string(o.concurrency),
-                                   "--max-per-turn", "256", "--state-dir", (work / "state").string(),
-                                   "--lock-dir", (work / "locks").string(), "--transcript-dir",
-                                   (work / "transcripts").string(), "--keep-transcripts", "100"};
+  std::vector<std::string> serve_argv = {o.supervisor,
+                                         "serve",
+                                         "--child",
+                                         child.string(),
+                                         "--child-arg",
+                                         "from_workspace",
+                                         "--model",
+                                         fast,
+                                         "--max-concurrent",
+                                         std::to_string(o.concurrency),
+                                         "--max-per-turn",
+                                         "256",
+                                         "--state-dir",
+                                         (work / "state").string(),
+                                         "--lock-dir",
+                                         (work / "locks").string(),
+                                         "--transcript-dir",
+                                         (work / "transcripts").string(),
+                                         "--keep-transcripts",
+                                         "100"};
   if (!o.policy_dir.empty()) {
     serve_argv.push_back("--policy-dir");
     serve_argv.push_back(o.policy_dir);
@@ -316,8 +352,8 @@ int main(int argc, char** argv) {
     bool cancel_sent = false;
     Clock::time_point spawned;
   };
-  std::map<std::string, Live> by_request;  // request id -> child (before "spawned")
-  std::map<std::string, Live> live;         // child id -> child
+  std::map<std::string, Live> by_request;                      // request id -> child (before "spawned")
+  std::map<std::string, Live> live;                            // child id -> child
   std::map<std::string, std::map<std::string, int>> statuses;  // kind -> status -> count
   std::vector<std::string> problems;
   int spawned = 0, done = 0, logs = 0, next_request = 0;
@@ -412,8 +448,10 @@ int main(int argc, char** argv) {
     sup.send({{"type", "hello"}, {"id", "hello"}, {"protocol", 1}, {"parent", "soak"}});
     for (bool got = false; !got;)
       for (const auto& m : sup.poll(1000)) {
-        if (m.value("type", "") == "hello") got = true;
-        else handle(m);
+        if (m.value("type", "") == "hello")
+          got = true;
+        else
+          handle(m);
       }
     rss_hello = status_kb(sup.pid(), "VmRSS");
     fds_hello = open_fds(sup.pid());
@@ -427,8 +465,12 @@ int main(int argc, char** argv) {
           // (libcurl's multi handle and its socketpair, OpenSSL's tables) exists before the baseline.
           const Kind& k = spawned < static_cast<int>(kinds.size()) ? kinds[static_cast<std::size_t>(spawned)] : pick();
           const std::string rid = "s" + std::to_string(++next_request);
-          json m = {{"type", "spawn"}, {"id", rid}, {"preset", "explore"}, {"background", true},
-                    {"brief", "soak " + std::to_string(spawned)}, {"description", k.name},
+          json m = {{"type", "spawn"},
+                    {"id", rid},
+                    {"preset", "explore"},
+                    {"background", true},
+                    {"brief", "soak " + std::to_string(spawned)},
+                    {"description", k.name},
                     {"workspace", (work / "ws" / k.name).string()}};
           m.update(k.spawn);
           by_request[rid] = Live{&k, "", false, Clock::now()};
@@ -482,15 +524,20 @@ int main(int argc, char** argv) {
   // it the resident size may not pass it by more than the tolerance. The later high-water mark is
   // reported too; it moves with those coincidences (+2 MB seen when several 1 MiB lines met), so it is
   // not a check.
-  auto growth = [](long from, long to) { return from > 0 ? static_cast<double>(to - from) / static_cast<double>(from) : 1.0; };
+  auto growth = [](long from, long to) {
+    return from > 0 ? static_cast<double>(to - from) / static_cast<double>(from) : 1.0;
+  };
   const double rss_growth = growth(rss_warm, rss_end);
   const double end_vs_peak = growth(hwm_warm, rss_end);
   const double peak_growth = growth(hwm_warm, hwm);
-  if (done != o.children) problems.push_back("only " + std::to_string(done) + " of " + std::to_string(o.children) + " children reported");
+  if (done != o.children)
+    problems.push_back("only " + std::to_string(done) + " of " + std::to_string(o.children) + " children reported");
   if (zombies) problems.push_back(std::to_string(zombies) + " zombies");
   if (children) problems.push_back(std::to_string(children) + " children of the supervisor left");
   if (survivors) problems.push_back(std::to_string(survivors) + " surviving processes");
-  if (fds_end != fds_warm) problems.push_back("fds: " + std::to_string(fds_warm) + " after the warm-up, " + std::to_string(fds_end) + " at the end");
+  if (fds_end != fds_warm)
+    problems.push_back("fds: " + std::to_string(fds_warm) + " after the warm-up, " + std::to_string(fds_end) +
+                       " at the end");
   if (end_vs_peak * 100 > o.max_rss_growth)
     problems.push_back("RSS at the end is " + std::to_string(end_vs_peak * 100) + "% above the warm-up's peak");
   if (exit_code != 0) problems.push_back("serve exited " + std::to_string(exit_code));
@@ -515,7 +562,10 @@ int main(int argc, char** argv) {
             {"lists", lists},
             {"slowest_list_ms", max_list_ms},
             {"rss_kb",
-             {{"after_hello", rss_hello}, {"after_warmup", rss_warm}, {"peak_at_warmup", hwm_warm}, {"end", rss_end},
+             {{"after_hello", rss_hello},
+              {"after_warmup", rss_warm},
+              {"peak_at_warmup", hwm_warm},
+              {"end", rss_end},
               {"peak", hwm}}},
             {"rss_growth_after_warmup_percent", rss_growth * 100},
             {"rss_end_vs_warmup_peak_percent", end_vs_peak * 100},
@@ -533,8 +583,8 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "soak: %d children in %.1f s, %d at a time; RSS %ld kB after warm-up (peak %ld kB), %ld kB at the end "
                "(%+.1f%% of the warm-up's peak), peak %ld kB (%+.1f%%); fds %d -> %d; zombies %d; survivors %d; %s\n",
-               o.children, seconds, o.concurrency, rss_warm, hwm_warm, rss_end, end_vs_peak * 100, hwm, peak_growth * 100,
-               fds_warm, fds_end, zombies, survivors, problems.empty() ? "OK" : "FAILED");
+               o.children, seconds, o.concurrency, rss_warm, hwm_warm, rss_end, end_vs_peak * 100, hwm,
+               peak_growth * 100, fds_warm, fds_end, zombies, survivors, problems.empty() ? "OK" : "FAILED");
   for (const auto& p : problems) std::fprintf(stderr, "soak: problem: %s\n", p.c_str());
   rc = problems.empty() ? 0 : 1;
   return rc;

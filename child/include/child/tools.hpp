@@ -24,13 +24,13 @@ struct ToolContext {
 
 struct ToolOutput {
   bool ok = true;
-  std::string content;  // what the model sees (already capped)
+  std::string content;             // what the model sees (already capped)
   std::size_t original_bytes = 0;  // size before the cap
   bool truncated = false;          // content was cut at the cap (a note says so in content)
   // Facts the agent loop records for its final report:
   std::vector<std::string> files_changed;  // workspace-relative
   std::string command;                     // for run_command
-  int exit_code = 0;  // run_command: exit status, 128+signal if killed, 124 on timeout
+  int exit_code = 0;                       // run_command: exit status, 128+signal if killed, 124 on timeout
 };
 
 // Tool specs for the model: [{name, description, input_schema}] from the protocol's tool catalogue

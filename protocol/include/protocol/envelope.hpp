@@ -81,8 +81,8 @@ struct Envelope {
   // with no complete turn after it: a fragment, not a finished answer.
   bool answer_partial = false;
   std::map<std::string, std::uint64_t> tools_used;  // tool name -> calls allowed and run
-  std::uint64_t tools_denied = 0;  // == denials.total()
-  DenialList denials;              // "denials" and "denials_omitted" in JSON
+  std::uint64_t tools_denied = 0;                   // == denials.total()
+  DenialList denials;                               // "denials" and "denials_omitted" in JSON
   Usage usage;
   std::optional<double> cost_usd;  // estimated from the model config's price table; none without prices
   std::uint64_t steps = 0;

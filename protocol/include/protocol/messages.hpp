@@ -43,7 +43,7 @@ struct Usage {
 
 // ---- child -> supervisor -------------------------------------------------------------------------
 
-struct Hello {  // first message the child sends
+struct Hello {                // first message the child sends
   std::vector<int> versions;  // protocol versions the child speaks
   std::string agent;          // free text, e.g. "subagent-child/0.1.0"
 };
@@ -90,7 +90,7 @@ struct Limits {
   std::uint64_t timeout_ms = 0;
   std::uint64_t summary_bytes = 0;
   std::uint64_t answer_bytes = 0;
-  std::uint64_t tool_result_bytes = 0;  // cap on any one tool result the child sends to the model
+  std::uint64_t tool_result_bytes = 0;    // cap on any one tool result the child sends to the model
   std::uint64_t max_thinking_tokens = 0;  // reasoning tokens over the whole run (0: no separate cap)
   std::uint64_t wrap_up_grace_ms = 0;     // after wrap_up: time to send final before the tree is killed
 };

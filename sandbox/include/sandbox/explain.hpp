@@ -12,9 +12,8 @@
 namespace sandbox {
 
 struct SyscallDecision {
-  std::string syscall;  // syscall name, or "*" for the default / architecture rows
-  std::string
-      action;  // "allow", "errno EPERM", "errno ENOSYS", "errno EAFNOSUPPORT", "kill process"
+  std::string syscall;    // syscall name, or "*" for the default / architecture rows
+  std::string action;     // "allow", "errno EPERM", "errno ENOSYS", "errno EAFNOSUPPORT", "kill process"
   std::string condition;  // empty when unconditional, e.g. "flags & CLONE_NEWUSER"
   // Why: the group that allows it ("base"), "sandbox.syscalls.allow", "sandbox.syscalls.deny",
   // "always denied", "group watch not allowed", "default".

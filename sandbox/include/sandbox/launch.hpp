@@ -42,10 +42,10 @@ class ExecError : public SandboxError {
 };
 
 struct LaunchRequest {
-  std::string executable;          // absolute path of the program to exec
-  std::vector<std::string> argv;   // argv[0] included
-  std::filesystem::path workspace;  // the child's cwd; substituted for ${workspace}
-  std::filesystem::path child_dir;  // substituted for ${child}
+  std::string executable;              // absolute path of the program to exec
+  std::vector<std::string> argv;       // argv[0] included
+  std::filesystem::path workspace;     // the child's cwd; substituted for ${workspace}
+  std::filesystem::path child_dir;     // substituted for ${child}
   std::vector<std::string> extra_env;  // "NAME=value" set by the caller (never secrets)
   // Parent fds that become the child's 0, 1 and 2. Every other fd is closed in the child.
   int stdin_fd = 0;
@@ -66,7 +66,7 @@ struct LayerStatus {
   LayerStatus(Layer layer, bool applied, std::string detail)
       : layer(layer), name(to_string(layer)), applied(applied), detail(std::move(detail)) {}
   Layer layer = Layer::kNoNewPrivs;
-  std::string name;    // to_string(layer), e.g. "seccomp": the spelling reports and policies use
+  std::string name;  // to_string(layer), e.g. "seccomp": the spelling reports and policies use
   bool applied = false;
   std::string detail;  // e.g. "ABI 7", or why it is missing
 };
@@ -90,7 +90,7 @@ std::vector<LayerStatus> layers(const Plan& plan);
 
 struct Child {
   pid_t pid = -1;
-  int pidfd = -1;      // owned by the caller; close-on-exec
+  int pidfd = -1;                    // owned by the caller; close-on-exec
   std::vector<std::string> cgroups;  // per-launch cgroups (tree limits); release() after reaping
 };
 
@@ -121,9 +121,9 @@ class [[nodiscard]] PendingLaunch {
   PendingLaunch& operator=(PendingLaunch&&) noexcept;
   ~PendingLaunch();
 
-  pid_t pid() const noexcept;        // -1 once over
-  int pidfd() const noexcept;        // still owned by this object until finish() returns the Child
-  int status_fd() const noexcept;    // read end of the close-on-exec status pipe; -1 once over
+  pid_t pid() const noexcept;                   // -1 once over
+  int pidfd() const noexcept;                   // still owned by this object until finish() returns the Child
+  int status_fd() const noexcept;               // read end of the close-on-exec status pipe; -1 once over
   [[nodiscard]] std::optional<Child> finish();  // throws SandboxError (ExecError for execve)
 
  private:

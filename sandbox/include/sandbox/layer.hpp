@@ -35,11 +35,10 @@ enum class Layer : unsigned char {
 
 // Every layer, in the order layers() and kernel_support() report them.
 inline constexpr std::array<Layer, 22> kLayers = {
-    Layer::kNoNewPrivs,     Layer::kCapabilities,  Layer::kSession,       Layer::kPdeathsig,
-    Layer::kCloseFds,       Layer::kCleanEnv,      Layer::kRlimits,       Layer::kLandlock,
-    Layer::kLandlockScopes, Layer::kSeccomp,       Layer::kUserNamespace, Layer::kPidNamespace,
-    Layer::kNetNamespace,   Layer::kIpcNamespace,  Layer::kUtsNamespace,  Layer::kMountNamespace,
-    Layer::kReadOnlyHost,   Layer::kIdentity,      Layer::kIdmappedRoots, Layer::kProcessCap,
+    Layer::kNoNewPrivs,     Layer::kCapabilities, Layer::kSession,      Layer::kPdeathsig,      Layer::kCloseFds,
+    Layer::kCleanEnv,       Layer::kRlimits,      Layer::kLandlock,     Layer::kLandlockScopes, Layer::kSeccomp,
+    Layer::kUserNamespace,  Layer::kPidNamespace, Layer::kNetNamespace, Layer::kIpcNamespace,   Layer::kUtsNamespace,
+    Layer::kMountNamespace, Layer::kReadOnlyHost, Layer::kIdentity,     Layer::kIdmappedRoots,  Layer::kProcessCap,
     Layer::kMemoryCap,      Layer::kCpuCap};
 
 // "no_new_privs", "capabilities", ..., "cpu_cap": the names policies (sandbox.required), `policy

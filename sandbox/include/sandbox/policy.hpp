@@ -73,10 +73,10 @@ struct Policy {
   std::vector<std::string> extra_denied_syscalls;
   Rlimits rlimits;
   TreeLimits tree_limits;
-  std::vector<std::string> namespaces;  // user, pid, net, ipc, uts, mount
-  std::vector<std::string> env_allow;   // names copied from the supervisor's environment
+  std::vector<std::string> namespaces;         // user, pid, net, ipc, uts, mount
+  std::vector<std::string> env_allow;          // names copied from the supervisor's environment
   std::map<std::string, std::string> env_set;  // fixed values (templates allowed)
-  std::vector<std::string> required;    // layers that must be in force, else launch fails
+  std::vector<std::string> required;           // layers that must be in force, else launch fails
 };
 
 // Parses the "sandbox" object of a policy file. `source` names the file in errors.

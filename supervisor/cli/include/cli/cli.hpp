@@ -70,5 +70,4 @@ int cmd_apply(Args args);
 // `subagent-supervisor audit`: queries an audit log ("what did child X do", "which children ran commands").
 int cmd_audit(Args args);
 
-
 }  // namespace supervisor::cli

@@ -18,11 +18,11 @@
 namespace supervisor {
 
 struct McpConfig {
-  HubConfig base;                               // complete: policy directory, child, records
-  std::filesystem::path default_workspace;      // for spawns that name none
-  std::vector<std::filesystem::path> roots;     // canonical; a workspace must be at or under one
-  std::vector<std::string> preset_filter;       // --presets, or empty for every preset
-  std::vector<Preset> presets;                  // what tools/list offers
+  HubConfig base;                            // complete: policy directory, child, records
+  std::filesystem::path default_workspace;   // for spawns that name none
+  std::vector<std::filesystem::path> roots;  // canonical; a workspace must be at or under one
+  std::vector<std::string> preset_filter;    // --presets, or empty for every preset
+  std::vector<Preset> presets;               // what tools/list offers
   std::size_t max_line = 4u << 20;
 };
 

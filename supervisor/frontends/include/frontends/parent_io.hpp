@@ -25,7 +25,7 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   static constexpr std::size_t kMaxQueuedLogBytes = 1 << 20;
   struct Handlers {
     std::function<void(const nlohmann::json& msg)> on_message;  // a JSON value (any type) per line
-    std::function<void(const std::string& error)> on_bad_line;   // not JSON, not UTF-8, too long
+    std::function<void(const std::string& error)> on_bad_line;  // not JSON, not UTF-8, too long
     std::function<void()> on_eof;
   };
   static std::shared_ptr<ParentIo> create(boost::asio::io_context& io, int in_fd, int out_fd, std::size_t max_line,
@@ -50,7 +50,7 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   std::array<char, 65536> buf_{};
   static constexpr std::size_t kWriteBatch = 256 * 1024;  // bytes per write to the parent, at most
   std::deque<std::string> queue_;
-  std::string batch_;  // what the write in flight carries
+  std::string batch_;             // what the write in flight carries
   std::size_t queued_bytes_ = 0;  // in queue_
   std::size_t logs_dropped_ = 0;  // log lines not queued since the last note about it
   bool writing_ = false;

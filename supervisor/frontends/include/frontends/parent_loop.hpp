@@ -33,6 +33,7 @@ void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& par
 
 // Ends a front end: cancels every child (when there is a hub; each envelope is still delivered),
 // writes out what is queued for the parent, then stops `io`.
-void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent, const std::string& why);
+void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent,
+                   const std::string& why);
 
 }  // namespace supervisor

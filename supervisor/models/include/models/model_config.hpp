@@ -32,8 +32,8 @@ struct ProviderConfig {
   std::string type;      // "openai" (Chat Completions) | "anthropic" (Messages)
   std::string base_url;  // e.g. https://api.openai.com/v1, http://127.0.0.1:8080/v1, https://api.anthropic.com
   std::string model;
-  std::string api_key_env;    // "" : no key is sent (local servers)
-  bool api_key_required = false;  // making the provider fails when the variable is unset or empty
+  std::string api_key_env;                 // "" : no key is sent (local servers)
+  bool api_key_required = false;           // making the provider fails when the variable is unset or empty
   std::uint64_t max_output_tokens = 8192;  // per-request ceiling, whatever the budget leaves
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds request_timeout{600'000};  // one attempt, start to end of stream
@@ -44,10 +44,10 @@ struct ProviderConfig {
   bool prompt_caching = true;
   std::optional<Price> price;  // from the config's price table, for `model`
   std::size_t max_response_bytes = 16u << 20;
-  unsigned max_retries = 4;                             // after the first attempt
-  std::chrono::milliseconds retry_base_delay{500};      // doubled per retry, with jitter
-  std::chrono::milliseconds retry_max_delay{30'000};    // cap on one backoff (Retry-After may ask more)
-  std::chrono::milliseconds max_retry_after{120'000};   // a longer Retry-After ends the call
+  unsigned max_retries = 4;                            // after the first attempt
+  std::chrono::milliseconds retry_base_delay{500};     // doubled per retry, with jitter
+  std::chrono::milliseconds retry_max_delay{30'000};   // cap on one backoff (Retry-After may ask more)
+  std::chrono::milliseconds max_retry_after{120'000};  // a longer Retry-After ends the call
   // openai only
   std::string max_tokens_field = "max_tokens";  // "max_completion_tokens" for OpenAI's reasoning models
   bool stream_usage = true;                     // send stream_options.include_usage
@@ -62,7 +62,7 @@ struct ProviderConfig {
 struct ModelConfig {
   std::map<std::string, ProviderConfig> providers;
   std::map<std::string, Price> prices;  // model name -> price
-  std::string source;  // the file it came from ("" when none)
+  std::string source;                   // the file it came from ("" when none)
 };
 
 class ModelSpecError;  // model.hpp

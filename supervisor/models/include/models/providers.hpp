@@ -23,7 +23,8 @@ namespace supervisor {
 
 // `key` is the API key ("" sends none). It stays inside the provider.
 std::unique_ptr<ModelProvider> make_openai_provider(boost::asio::io_context& io, ProviderConfig cfg, std::string key);
-std::unique_ptr<ModelProvider> make_anthropic_provider(boost::asio::io_context& io, ProviderConfig cfg, std::string key);
+std::unique_ptr<ModelProvider> make_anthropic_provider(boost::asio::io_context& io, ProviderConfig cfg,
+                                                       std::string key);
 
 std::unique_ptr<ModelProvider> make_replay_provider(boost::asio::io_context& io, const std::string& path);
 void validate_replay_script(const std::string& path);  // throws ModelSpecError

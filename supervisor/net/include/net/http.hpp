@@ -30,10 +30,10 @@
 namespace supervisor::http {
 
 struct Request {
-  std::string method = "GET";         // GET or POST
-  std::string url;                    // http:// or https:// only
-  std::vector<std::string> headers;   // "Name: value"
-  std::string body;                   // sent for POST
+  std::string method = "GET";        // GET or POST
+  std::string url;                   // http:// or https:// only
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;                  // sent for POST
   std::string user_agent = "subagent-supervisor";
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds total_timeout{60'000};
@@ -41,8 +41,8 @@ struct Request {
   // fails with Failure::stalled. Measured by the client's own timer, not curl's low-speed window
   // (which averages over its whole period and fired seconds late).
   std::chrono::milliseconds stall_timeout{30'000};
-  std::size_t max_body_bytes = 8u << 20;   // the transfer fails once the body passes this
-  bool proxy_from_environment = true;      // false: never use http_proxy & co (web_fetch)
+  std::size_t max_body_bytes = 8u << 20;  // the transfer fails once the body passes this
+  bool proxy_from_environment = true;     // false: never use http_proxy & co (web_fetch)
   // Called with every address curl is about to connect to (after DNS, before connect(2), also for
   // each Happy Eyeballs attempt). Return "" to allow, or why it is refused: the socket is never
   // created and the transfer fails with Failure::refused. Empty function: everything allowed.
@@ -66,12 +66,12 @@ enum class Failure {
 
 struct Response {
   Failure failure = Failure::none;
-  std::string error;  // what failed, for people; never holds request headers
-  long status = 0;    // HTTP status of the final response (0: none)
+  std::string error;                                         // what failed, for people; never holds request headers
+  long status = 0;                                           // HTTP status of the final response (0: none)
   std::vector<std::pair<std::string, std::string>> headers;  // of the final response; names lowercase
-  std::string body;               // when Request::on_body was empty
-  std::uint64_t body_bytes = 0;   // received, whether collected or streamed
-  std::string connected_ip;       // the address actually connected to
+  std::string body;                                          // when Request::on_body was empty
+  std::uint64_t body_bytes = 0;                              // received, whether collected or streamed
+  std::string connected_ip;                                  // the address actually connected to
   std::chrono::milliseconds elapsed{0};
 
   bool completed() const noexcept { return failure == Failure::none; }

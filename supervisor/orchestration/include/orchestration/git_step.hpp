@@ -26,11 +26,11 @@
 namespace supervisor {
 
 struct GitStep {
-  std::string what;                      // names the step in errors: "git worktree add"
-  std::filesystem::path git_dir;         // GIT_DIR (required)
-  std::filesystem::path work_tree;       // GIT_WORK_TREE (empty: none)
-  std::filesystem::path cwd;             // empty: work_tree, else git_dir
-  std::vector<std::string> args;         // the git command and its arguments
+  std::string what;                          // names the step in errors: "git worktree add"
+  std::filesystem::path git_dir;             // GIT_DIR (required)
+  std::filesystem::path work_tree;           // GIT_WORK_TREE (empty: none)
+  std::filesystem::path cwd;                 // empty: work_tree, else git_dir
+  std::vector<std::string> args;             // the git command and its arguments
   std::vector<std::filesystem::path> write;  // directories the step may write (besides /dev/null)
   std::vector<std::filesystem::path> read;   // files or directories it may read besides the repository's own
                                              // (git dir, its common dir and alternates, work tree, cwd)
@@ -44,9 +44,9 @@ struct GitStep {
 };
 
 struct GitResult {
-  int code = -1;      // exit status; 128+N for signal N
-  std::string out;    // stdout (when no sink), at most max_out bytes
-  std::string err;    // stderr, at most 64 KiB
+  int code = -1;           // exit status; 128+N for signal N
+  std::string out;         // stdout (when no sink), at most max_out bytes
+  std::string err;         // stderr, at most 64 KiB
   bool truncated = false;  // stdout exceeded max_out
   bool stopped = false;    // the sink asked to stop
 };

@@ -64,7 +64,7 @@ struct HubConfig {
   Approver approver;  // empty: nobody can answer approvals; "ask" is denied at once
   std::chrono::milliseconds approval_timeout{300'000};
   WorkspaceConfig workspaces;
-  bool allow_unsafe_workspace = false;  // --allow-unsafe-workspace (sandbox/workspace_guard.hpp)
+  bool allow_unsafe_workspace = false;           // --allow-unsafe-workspace (sandbox/workspace_guard.hpp)
   std::shared_ptr<TranscriptStore> transcripts;  // null: no transcripts
   std::shared_ptr<AuditLog> audit;               // null: no audit log
   std::string search_endpoint;                   // web_search backend for research children
@@ -73,7 +73,7 @@ struct HubConfig {
   std::function<void(const Progress&)> on_progress;  // a running child took a step (Progress::id names it)
   // A queued child began to wait for a workspace lock another writer holds (once per wait).
   std::function<void(const std::string& id, const std::string& why)> on_waiting;
-  std::size_t max_line = protocol::kDefaultMaxLine;    // longest protocol line from a child
+  std::size_t max_line = protocol::kDefaultMaxLine;  // longest protocol line from a child
   std::chrono::milliseconds handshake_timeout{10'000};
   std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
 };

@@ -74,7 +74,7 @@ struct SessionConfig {
   Budgets budgets;  // effective budgets (already tightened)
   std::string brief;
   std::string description;
-  std::filesystem::path workspace;  // canonical
+  std::filesystem::path workspace;      // canonical
   bool allow_unsafe_workspace = false;  // "/", $HOME, /etc... (sandbox/workspace_guard.hpp)
   std::filesystem::path child_executable;
   std::vector<std::string> child_args;  // after argv[0]
@@ -84,8 +84,8 @@ struct SessionConfig {
   std::chrono::milliseconds approval_timeout{300'000};
   Approver approver;  // empty: nobody can answer, so "ask" is denied at once
   std::shared_ptr<BrokeredTools> brokered;
-  std::function<void(const std::string& line)> on_log;         // child stderr, prefixed [subagent:<id>]
-  std::function<void(const nlohmann::json& event)> on_event;   // transcript / audit events
+  std::function<void(const std::string& line)> on_log;        // child stderr, prefixed [subagent:<id>]
+  std::function<void(const nlohmann::json& event)> on_event;  // transcript / audit events
   std::function<void(const Progress&)> on_progress;
 };
 
@@ -173,8 +173,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   boost::asio::steady_timer rewait_;
   pid_t pid_ = -1;
   sandbox::Child launched_;
-  sandbox::PlanPtr plan_;                          // kept while the launch is pending
-  std::optional<sandbox::PendingLaunch> pending_;  // between sandbox::start and the exec
+  sandbox::PlanPtr plan_;                              // kept while the launch is pending
+  std::optional<sandbox::PendingLaunch> pending_;      // between sandbox::start and the exec
   boost::asio::posix::stream_descriptor exec_status_;  // a dup of pending_'s status pipe
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
   std::array<char, 65536> read_buf_{};
@@ -194,7 +194,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
 
   // What happened, for the envelope.
   std::optional<protocol::Status> status_;  // terminal status once decided
-  std::optional<Budget> budget_;  // which budget ended it, when one did
+  std::optional<Budget> budget_;            // which budget ended it, when one did
   std::string reason_;
   std::optional<protocol::Final> final_;
   bool exited_ = false;
@@ -218,11 +218,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   bool last_cut_ = false;  // the last completed model turn was cut by the token cap
   std::string cut_text_;
   std::map<std::string, std::string> pending_tools_;  // request id -> tool, allowed and not yet done
-  std::vector<std::size_t> recorded_messages_;  // hashes of the history already in the transcript
-  std::unordered_set<std::size_t> used_ids_;  // hashes of every request id the child used (unique per session)
+  std::vector<std::size_t> recorded_messages_;        // hashes of the history already in the transcript
+  std::unordered_set<std::size_t> used_ids_;          // hashes of every request id the child used (unique per session)
   struct PendingApproval {
     protocol::ToolRequest request;
-    std::string why;  // the rule's reason for asking
+    std::string why;                  // the rule's reason for asking
     boost::asio::steady_timer timer;  // the approval timeout
   };
   std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask

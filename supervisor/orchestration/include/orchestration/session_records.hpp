@@ -23,8 +23,7 @@ namespace supervisor {
 
 // Scrubs the envelope's free text (reason, description, summary, answer, artifacts) in place and keeps
 // summary and answer within their caps (a redaction marker can be longer than what it replaced).
-void scrub_envelope(const Scrubber& scrubber, protocol::Envelope& e, std::size_t summary_cap,
-                    std::size_t answer_cap);
+void scrub_envelope(const Scrubber& scrubber, protocol::Envelope& e, std::size_t summary_cap, std::size_t answer_cap);
 
 // The wiring between one ChildSession and the records: transcript, audit log, scrubbed outputs.
 //

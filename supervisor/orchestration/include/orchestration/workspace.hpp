@@ -68,8 +68,8 @@ bool is_later_execution(const std::string& rel, const std::vector<std::string>& 
 // by a walk that follows no symlink and stops after `max_entries` entries; `complete` says whether
 // it finished). Relative, sorted.
 std::vector<std::string> find_later_execution(const std::filesystem::path& workspace,
-                                              const std::vector<std::string>& list,
-                                              std::size_t max_entries = 200000, bool* complete = nullptr);
+                                              const std::vector<std::string>& list, std::size_t max_entries = 200000,
+                                              bool* complete = nullptr);
 
 // A snapshot of those paths (type, size, mtime, inode of each file beneath them), taken when a writer
 // starts and compared when it ends: what it created or changed is flagged in its envelope.
@@ -92,13 +92,13 @@ std::vector<std::string> later_execution_changes(const LaterExecutionSnapshot& b
 std::string hooks_path_inside(const std::filesystem::path& workspace);
 
 struct Worktree {
-  std::filesystem::path path;    // the child's only write root (the worktree's copy of the workspace)
-  std::filesystem::path top;     // the worktree's top directory
-  std::filesystem::path source;  // the parent's workspace
+  std::filesystem::path path;            // the child's only write root (the worktree's copy of the workspace)
+  std::filesystem::path top;             // the worktree's top directory
+  std::filesystem::path source;          // the parent's workspace
   std::filesystem::path source_top;      // its repository's top (or the workspace for a copy)
   std::filesystem::path source_git_dir;  // the git dir `apply` uses (empty for a copy)
-  bool git = false;              // a git worktree (else a copy with a baseline commit)
-  std::string base;              // the commit the work starts from
+  bool git = false;                      // a git worktree (else a copy with a baseline commit)
+  std::string base;                      // the commit the work starts from
   std::filesystem::path git_dir;         // the worktree's own git dir (explicit in every git step)
   std::filesystem::path git_common_dir;  // the source repository's .git (read-only for the child)
 };
@@ -138,8 +138,8 @@ struct Patch {
 
 // Everything the child changed in its worktree, as a binary git diff against the base, streamed to
 // <state_dir>/patches/<id>.patch for `subagent-supervisor apply ID`. Every .git the child created
-// (a nested repository) is removed first and listed; git never reads it. Throws std::runtime_error when the patch exceeds
-// policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails.
+// (a nested repository) is removed first and listed; git never reads it. Throws std::runtime_error when the patch
+// exceeds policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails.
 Patch collect_patch(const Worktree& wt, const std::filesystem::path& state_dir, const std::string& id,
                     const WritePolicy& policy);
 

@@ -62,10 +62,10 @@ struct TranscriptOptions {
   std::filesystem::path dir;  // empty: default_transcript_dir(); created (with parents) mode 0700
   std::size_t keep = 200;     // newest subagent-*.json files kept; 0 keeps all
   std::chrono::milliseconds checkpoint_interval{5'000};
-  std::size_t max_string_bytes = 64 * 1024;  // per string inside an event, cut after scrubbing
-  std::size_t max_record_bytes = 512 * 1024; // per event: longer ones keep the start of each string
-  std::size_t max_events = 20'000;           // later events are counted in "events_dropped"
-  bool sync = true;                          // fsync file and directory (off only in benchmarks)
+  std::size_t max_string_bytes = 64 * 1024;   // per string inside an event, cut after scrubbing
+  std::size_t max_record_bytes = 512 * 1024;  // per event: longer ones keep the start of each string
+  std::size_t max_events = 20'000;            // later events are counted in "events_dropped"
+  bool sync = true;                           // fsync file and directory (off only in benchmarks)
   // Checkpoints go to disk on the store's own writer thread, in order, and record() returns at
   // once (the front ends set this: their event loop never waits for a disk). The first version,
   // flush() and a question to the parent (an "ask" or approval event) are still on disk when the
@@ -157,8 +157,8 @@ class Transcript {
   std::shared_ptr<TranscriptStore::Shared> store_;
   std::string id_;
   std::filesystem::path path_;
-  nlohmann::json doc_;        // everything but the events, whose "events" stays empty
-  std::string events_text_;   // the recorded events as they stand in the file (append_event_text)
+  nlohmann::json doc_;       // everything but the events, whose "events" stays empty
+  std::string events_text_;  // the recorded events as they stand in the file (append_event_text)
   std::size_t events_ = 0;
   std::size_t dropped_ = 0;
   // Shared with the writer thread of a background store, under disk_mu_: error_, writes_, pending_.

@@ -37,8 +37,8 @@ struct WebToolsConfig {
   // allow list admits only its domains; the deny list always wins.
   std::vector<std::string> allow_domains;
   std::vector<std::string> deny_domains;
-  std::size_t max_fetch_bytes = 4u << 20;   // raw body; larger pages fail
-  std::size_t max_text_bytes = 100'000;     // text handed to the model; longer text is cut
+  std::size_t max_fetch_bytes = 4u << 20;           // raw body; larger pages fail
+  std::size_t max_text_bytes = 100'000;             // text handed to the model; longer text is cut
   std::chrono::milliseconds fetch_timeout{30'000};  // a whole fetch, redirects included
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::seconds stall_timeout{15};
@@ -54,8 +54,8 @@ struct WebToolsConfig {
 };
 
 struct WebSource {
-  std::string url;    // the final URL, after redirects
-  std::string title;  // <title>, or "" when the page has none
+  std::string url;         // the final URL, after redirects
+  std::string title;       // <title>, or "" when the page has none
   std::string fetched_at;  // UTC, RFC 3339 ("2025-01-31T12:00:00Z")
 };
 
