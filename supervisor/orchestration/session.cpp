@@ -310,7 +310,9 @@ void ChildSession::cancel(const std::string& reason) {
   }
   emit(make_event(EventKind::cancel, {{"reason", reason}}));
   provider_->cancel();
-  if (state_ == State::starting) return;  // launch failure already reported
+  // Not launched yet (the plan is prepared or the exec awaited): on_exec_status() kills the tree once
+  // the child exists; or the launch failed, which is already reported.
+  if (state_ == State::starting) return;
   // Kill first: a child that read `cancel` before the kill landed could exit on its own, and a
   // cancel always ends the tree the same way. The message still goes out (a pipe to a dead child
   // is handled like any other write error).
