@@ -61,6 +61,7 @@ struct Fixture {
     while (!pred() && std::chrono::steady_clock::now() < deadline) {
       io.restart();
       io.run_for(std::chrono::milliseconds(10));
+      if (io.stopped()) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of work: no spin
     }
     return pred();
   }
@@ -180,6 +181,31 @@ TEST_CASE("approvals: answered, denied, timed out, and no approver") {
   REQUIRE(e4.denials.listed.size() == 1);
   CHECK(e4.denials.listed[0].rule == "ask: no approver");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));  // never parked for the 60 s timeout
+}
+
+TEST_CASE("a hub destroyed with children starting and running: the loop runs on and nothing calls back") {
+  // What ~Hub leaves behind (a cancelled session, a plan being prepared) may still finish if the
+  // loop runs on: it must find no hub rather than a destroyed one, and the loop must end.
+  Fixture f;
+  f.cfg.default_model = "replay:" + f.script("slow", kSlow);
+  f.make();
+  const std::string running = f.spawn(f.req());
+  REQUIRE(f.until([&] { return f.hub->info(running)->progress.steps >= 1; }));
+  f.spawn(f.req());  // its plan is still being prepared
+  f.hub.reset();
+  f.io.restart();
+  auto start = std::chrono::steady_clock::now();
+  f.io.run_for(std::chrono::seconds(20));
+  CHECK(f.io.stopped());  // ran out of work: nothing is left waiting
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  CHECK(f.done.empty());
+
+  // The twin: the same two children under a hub that lives report their envelopes.
+  f.make();
+  const std::string a = f.spawn(f.req()), b = f.spawn(f.req());
+  REQUIRE(f.until([&] { return f.done.size() == 2; }));
+  CHECK(f.done[a].status == Status::completed);
+  CHECK(f.done[b].status == Status::completed);
 }
 
 TEST_CASE("concurrency cap: extra spawns queue, and list shows them queued") {
@@ -480,4 +506,118 @@ TEST_CASE("offloaded work that throws reports its message; a destroyed group dro
   }  // waits for the work if it already started
   io.run();
   CHECK_FALSE(called);
+}
+
+TEST_CASE("a destroyed group cancels its queued work: the loop is let go and nothing it captured outlives it") {
+  // Four jobs of another group (on another loop) hold every pool thread, so the next job queues.
+  boost::asio::io_context other;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int holding = 0;
+  OffloadGroup blockers;
+  for (int i = 0; i < 4; ++i)
+    blockers.run(
+        other,
+        [&] {
+          std::unique_lock lock(mu);
+          ++holding;
+          cv.notify_all();
+          cv.wait(lock, [&] { return release; });
+        },
+        [](Outcome<void>) {});
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return holding == 4; }));
+  }
+
+  const auto loop = std::this_thread::get_id();
+  std::thread::id freed_on;
+  bool ran = false;
+  auto captured = std::shared_ptr<int>(new int(1), [&](int* p) {
+    freed_on = std::this_thread::get_id();
+    delete p;
+  });
+  boost::asio::io_context io;
+  {
+    OffloadGroup jobs;
+    jobs.run(
+        io, [&ran, captured] { ran = true; }, [captured](Outcome<void>) {});
+    captured.reset();
+    io.poll();
+    CHECK_FALSE(io.stopped());  // the queued job keeps the loop waiting for its result
+  }
+  // The group is gone: its job no longer holds the loop, and what it captured was freed here.
+  io.poll();
+  CHECK(io.stopped());
+  CHECK(freed_on == loop);
+
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  other.run();  // the blockers finish; the cancelled job must not run after them
+  CHECK_FALSE(ran);
+
+  // The twin: the same job in a group that lives until the loop runs out of work runs and reports.
+  io.restart();
+  bool reported = false;
+  OffloadGroup jobs;
+  jobs.run(
+      io, [&ran] { ran = true; }, [&reported](Outcome<void> r) { reported = bool(r); });
+  io.run();
+  CHECK(ran);
+  CHECK(reported);
+}
+
+TEST_CASE("an io_context destroyed with work in flight waits for it, and what the work held dies on the loop") {
+  // The owner's `done` holds a strong reference (as a session does while its plan is prepared), so
+  // the group outlives every other owner; the io_context's destructor must still end it cleanly.
+  struct Owner : std::enable_shared_from_this<Owner> {
+    std::thread::id* report = nullptr;
+    bool* called = nullptr;
+    OffloadGroup jobs;
+    ~Owner() { *report = std::this_thread::get_id(); }
+  };
+  for (bool run_loop : {false, true}) {  // the twin runs the loop: then `done` is called
+    CAPTURE(run_loop);
+    std::thread::id died_on;
+    bool called = false;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool started = false, release = false;
+    auto io = std::make_unique<boost::asio::io_context>();
+    std::weak_ptr<Owner> weak;
+    {
+      auto owner = std::make_shared<Owner>();
+      owner->report = &died_on;
+      owner->called = &called;
+      weak = owner;
+      owner->jobs.run(
+          *io,
+          [&] {
+            std::unique_lock lock(mu);
+            started = true;
+            cv.notify_all();
+            cv.wait(lock, [&] { return release; });
+          },
+          [self = owner->shared_from_this()](Outcome<void>) { *self->called = true; });
+      std::unique_lock lock(mu);
+      REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return started; }));
+    }
+    REQUIRE_FALSE(weak.expired());  // only the work keeps it
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard lock(mu);
+      release = true;
+      cv.notify_all();
+    });
+    if (run_loop) io->run();
+    io.reset();  // waits for the running work; its posted result is destroyed with the loop
+    releaser.join();
+    CHECK(weak.expired());
+    CHECK(died_on == std::this_thread::get_id());
+    CHECK(called == run_loop);
+  }
 }

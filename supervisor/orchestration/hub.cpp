@@ -336,9 +336,12 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
   if (cfg_.transcripts || cfg_.audit) c.records = SessionRecords::attach(s, cfg_.transcripts, cfg_.audit, cfg_.parent);
   c.session = ChildSession::create(io_, std::move(s), std::move(provider));
   const std::string id = c.id;
-  c.session->start([this, id](const protocol::Envelope& e) {
+  c.session->start([this, alive = std::weak_ptr<int>(alive_), id](const protocol::Envelope& e) {
+    if (alive.expired()) return;
     // Deliver outside the session's own callback stack.
-    boost::asio::post(io_, [this, id, e]() mutable { on_child_done(id, std::move(e)); });
+    boost::asio::post(io_, [this, alive, id, e]() mutable {
+      if (!alive.expired()) on_child_done(id, std::move(e));
+    });
   });
 }
 
@@ -381,8 +384,9 @@ void Hub::pump() {
     polling_ = true;
     lock_poll_.expires_after(std::chrono::milliseconds(200));
     lock_poll_.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;  // only ~Hub cancels it: `this` may be gone
       polling_ = false;
-      if (!ec) pump();
+      pump();
     });
   }
 }

@@ -142,6 +142,9 @@ class Hub {
   bool polling_ = false;
   std::function<void()> shutdown_done_;
   bool shutting_down_ = false;
+  // Expires with the hub: a session cancelled by ~Hub may still end (if the loop runs on), and its
+  // envelope must then find no hub rather than a destroyed one.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   OffloadGroup jobs_;  // last: destroyed first, so no result arrives at a half-destroyed hub
 };
 

@@ -8,9 +8,13 @@
 //
 // Thread-safety: `work` runs on a worker thread and must use only what it captured by value (never
 // loop-owned state); `done` runs on `io`'s thread, and not at all once the group is destroyed.
-// ~OffloadGroup waits for work already running (its result is dropped) and cancels work not yet
-// started, so a loop object can be destroyed before its io_context. `done` captures `this` or other
-// plain handles, never a strong reference to the group's owner (that would keep the owner alive).
+// Lifetimes: work that has not started is cancelled (never run; what it captured is destroyed on the
+// cancelling thread) and work that is running is waited for, by whichever ends first of
+//   - the group (~OffloadGroup, on the loop thread: its results are dropped), and
+//   - the io_context (its destructor: results already posted are destroyed with its other handlers).
+// So a loop object may be destroyed before its io_context, and an io_context may be destroyed with
+// work in flight, even work whose `done` holds a strong reference to the group's owner: no worker
+// ever touches an io_context that is gone, and nothing a job captured is destroyed on a worker.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +27,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -45,20 +50,47 @@ struct Outcome<void> {
 };
 
 namespace detail {
-// Runs `job` on the process-wide pool (4 threads: the work is mostly waiting for git, the disk and
-// the kernel, not computing).
-void post_to_pool(std::function<void()> job);
+
+// One run(): created on the loop thread, started by a worker or cancelled, never both. Its fields
+// are guarded by offload_mutex().
+struct OffloadTicket;
+// What one OffloadGroup, or one io_context, has in flight.
+struct OffloadSet {
+  std::size_t running = 0;
+  std::vector<std::shared_ptr<OffloadTicket>> queued;
+  bool open = true;  // false once its group or io_context is ending: nothing more is queued in it
+};
+using OffloadGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+struct OffloadTicket {
+  std::unique_ptr<OffloadGuard> guard;  // io.run() waits for the result
+  std::shared_ptr<void> job;            // the work and `done`, with what they captured
+  std::shared_ptr<OffloadSet> group, loop;
+  bool cancelled = false;
+};
+
+// Registers a ticket in its group and in its io_context's set (or cancels it at once if either is
+// ending), then hands `job` to the process-wide pool (4 threads: the work is mostly waiting for
+// git, the disk and the kernel, not computing).
+void submit(boost::asio::io_context& io, const std::shared_ptr<OffloadTicket>& t, std::function<void()> job);
+// On a worker: takes the ticket's job and guard out and counts it running, or returns false if it
+// was cancelled.
+bool begin(OffloadTicket& t, std::shared_ptr<void>& job, std::unique_ptr<OffloadGuard>& guard);
+// On a worker, once the result is posted (or dropped): no longer running.
+void end(OffloadTicket& t);
+// Cancels what `set` has queued and waits until none of its work runs. The cancelled jobs and
+// guards are destroyed on the calling thread, after the lock is released.
+void drain(OffloadSet& set);
+
 }  // namespace detail
 
 class OffloadGroup {
  public:
-  OffloadGroup() : state_(std::make_shared<State>()) {}
-  // On the loop thread.
+  OffloadGroup() : set_(std::make_shared<detail::OffloadSet>()) {}
+  // On the loop thread, while the io_context of every run() is still alive (or already gone: then
+  // its destructor did the same).
   ~OffloadGroup() {
-    state_->alive_on_loop = false;
-    std::unique_lock lock(state_->mu);
-    state_->alive = false;
-    state_->idle.wait(lock, [&] { return state_->running == 0; });
+    *alive_on_loop_ = false;
+    detail::drain(*set_);
   }
   OffloadGroup(const OffloadGroup&) = delete;
   OffloadGroup& operator=(const OffloadGroup&) = delete;
@@ -66,18 +98,19 @@ class OffloadGroup {
   template <class Work, class Done>
   void run(boost::asio::io_context& io, Work work, Done done) {
     using R = std::invoke_result_t<Work&>;
-    auto guard = boost::asio::make_work_guard(io);  // io.run() waits for the result
     struct Job {
       Work work;
       Done done;
     };
-    auto job = std::make_shared<Job>(Job{std::move(work), std::move(done)});
-    detail::post_to_pool([state = state_, &io, guard, job]() mutable {
-      {
-        std::lock_guard lock(state->mu);
-        if (!state->alive) return;  // the owner is gone: never start its work
-        ++state->running;
-      }
+    auto ticket = std::make_shared<detail::OffloadTicket>();
+    ticket->guard = std::make_unique<detail::OffloadGuard>(io.get_executor());
+    ticket->job = std::make_shared<Job>(Job{std::move(work), std::move(done)});
+    ticket->group = set_;
+    detail::submit(io, ticket, [&io, ticket, alive = alive_on_loop_] {
+      std::shared_ptr<void> erased;
+      std::unique_ptr<detail::OffloadGuard> guard;
+      if (!detail::begin(*ticket, erased, guard)) return;
+      auto job = std::static_pointer_cast<Job>(std::move(erased));
       auto outcome = std::make_shared<Outcome<R>>();
       try {
         if constexpr (std::is_void_v<R>) {
@@ -91,29 +124,20 @@ class OffloadGroup {
       } catch (...) {
         outcome->error = "unknown error";
       }
-      // Posted while `running` still counts this job: the owner's destructor (which runs before
-      // the io_context's) waits for it, so `io` is alive here.
-      // The job (and what `done` captured) moves to the loop: nothing of the owner's is ever
+      // `io` is alive here: its destructor (like the group's) waits while this job counts as
+      // running. The job, and what `done` captured, moves to the loop: nothing of the owner's is
       // destroyed on a worker.
-      boost::asio::post(io, [state, outcome, job = std::move(job)]() mutable {
-        if (state->alive_on_loop) job->done(std::move(*outcome));
+      boost::asio::post(io, [alive, outcome, job = std::move(job)]() mutable {
+        if (*alive) job->done(std::move(*outcome));
       });
       guard.reset();
-      std::lock_guard lock(state->mu);
-      --state->running;
-      state->idle.notify_all();
+      detail::end(*ticket);
     });
   }
 
  private:
-  struct State {
-    std::mutex mu;
-    std::condition_variable idle;
-    std::size_t running = 0;
-    bool alive = true;          // guarded by mu
-    bool alive_on_loop = true;  // read and written on the loop thread only
-  };
-  std::shared_ptr<State> state_;
+  std::shared_ptr<detail::OffloadSet> set_;
+  std::shared_ptr<bool> alive_on_loop_ = std::make_shared<bool>(true);  // read and written on the loop only
 };
 
 }  // namespace supervisor
