@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,15 @@ std::vector<fs::path> home_directories() {
     if (!ec) homes.push_back(p);
   };
   add(std::getenv("HOME"));
-  if (const struct passwd* pw = ::getpwuid(::getuid())) add(pw->pw_dir);
+  // getpwuid_r, not getpwuid: this runs on the loop (Hub::spawn) and on the offload pool (prepare)
+  // at once, and getpwuid's result lives in one static buffer.
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  int rc;
+  while ((rc = ::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 20))
+    buf.resize(buf.size() * 2);
+  if (rc == 0 && found) add(pw.pw_dir);
   return homes;
 }
 
