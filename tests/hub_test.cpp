@@ -414,7 +414,7 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
   REQUIRE(f.until([&] { return f.done.size() == 2; }));
   for (const auto& id : {a, b}) {
     const auto& e = f.done[id];
-    CHECK(e.status == Status::completed);
+    CHECK_MESSAGE(e.status == Status::completed, e.reason);
     REQUIRE(e.artifacts.contains("patch"));
     CHECK(e.artifacts["patch"]["files"].size() == 1);
   }
