@@ -14,14 +14,13 @@ jobs=$(nproc 2>/dev/null || echo 2)
 asan_dir=${SUBAGENT_ASAN_BUILD_DIR:-$here/build-asan}
 tsan_dir=${SUBAGENT_TSAN_BUILD_DIR:-$here/build-tsan}
 
-# The suites (CTest names: one per test file) whose code runs on more than one thread. The supervisor
-# itself has one Asio loop, plus the offload pool behind it (worktrees, patches, sandbox plans) and
-# the transcript store's writer thread (transcript_test). The pool's tests are in hub_test, which is
-# not in this list yet: beside provider_e2e_test under TSan, one of its implementation children
-# failed once (not reproduced alone; see the issue tracker); libcurl's resolver thread behind the HTTP client, the providers and the web
-# tools; the fake model server those tests talk to serves each connection on its own thread; the
-# launcher test checks PR_SET_PDEATHSIG against the launching thread; the hostile-sandbox tests run
-# listener threads.
+# The suites (CTest names: one per test file) whose code runs on more than one thread: the
+# transcript store's writer thread (transcript_test); libcurl's resolver thread behind the HTTP
+# client, the providers and the web tools; the fake model server those tests talk to, which serves
+# each connection on its own thread; the launcher test, which checks PR_SET_PDEATHSIG against the
+# launching thread; and the hostile-sandbox tests' listener threads. The supervisor's offload pool
+# (worktrees, patches, sandbox plans) is tested in hub_test, which is not listed yet: under TSan,
+# beside provider_e2e_test, one of its implementation children failed once (not reproduced alone).
 tsan_tests='^(transcript_test|http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
 
 symbolizer=/usr/lib/llvm-16/bin/llvm-symbolizer
