@@ -58,4 +58,11 @@ std::optional<Layer> parse_layer(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+std::vector<std::string> layer_names(const std::vector<Layer>& layers) {
+  std::vector<std::string> names;
+  names.reserve(layers.size());
+  for (Layer layer : layers) names.emplace_back(to_string(layer));
+  return names;
+}
+
 }  // namespace sandbox

@@ -280,12 +280,12 @@ Policy parse_policy(const nlohmann::json& section, const std::string& source) {
     }
   }
 
-  policy.required = p.strings(section, root, "required", false);
-  std::vector<Layer> required;
-  for (std::size_t i = 0; i < policy.required.size(); ++i) {
-    const std::optional<Layer> layer = parse_layer(policy.required[i]);
+  const std::vector<std::string> required_names = p.strings(section, root, "required", false);
+  std::vector<Layer>& required = policy.required;
+  for (std::size_t i = 0; i < required_names.size(); ++i) {
+    const std::optional<Layer> layer = parse_layer(required_names[i]);
     if (!layer)
-      p.fail(root + ".required[" + std::to_string(i) + "]", "names an unknown layer '" + policy.required[i] + "'");
+      p.fail(root + ".required[" + std::to_string(i) + "]", "names an unknown layer '" + required_names[i] + "'");
     required.push_back(*layer);
   }
   for (std::size_t i = 0; i < required.size(); ++i) {

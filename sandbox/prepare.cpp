@@ -437,13 +437,12 @@ void process_layers(const Plan& plan, LayerReport& report) {
 
 // sandbox.required: every layer named there must be in force.
 void check_required(const Policy& policy, const std::vector<LayerStatus>& layers) {
-  for (const std::string& name : policy.required) {  // names parse_policy checked
-    const std::optional<Layer> layer = parse_layer(name);
-    auto it =
-        std::find_if(layers.begin(), layers.end(), [&](const LayerStatus& l) { return layer && l.layer == *layer; });
+  for (const Layer layer : policy.required) {
+    auto it = std::find_if(layers.begin(), layers.end(), [&](const LayerStatus& l) { return l.layer == layer; });
     if (it == layers.end() || !it->applied)
-      throw policy_error(policy, "requires the '" + name + "' layer, which is not available: " +
-                                     (it == layers.end() ? "unknown layer" : it->detail));
+      throw policy_error(policy,
+                         "requires the '" + std::string(to_string(layer)) +
+                             "' layer, which is not available: " + (it == layers.end() ? "unknown layer" : it->detail));
   }
 }
 

@@ -226,7 +226,7 @@ TEST_CASE("a required layer the plan lacks refuses the launch with the layer's n
   TempDir ws;
   auto policy = without_new_root(explore_policy());
   policy.namespaces.clear();
-  policy.required.push_back("pid_namespace");
+  policy.required.push_back(sandbox::Layer::kPidNamespace);
   CHECK_THROWS_WITH_AS(sandbox::prepare(policy, request_for(ws.path, {"true"})),
                        "policy explore.json: requires the 'pid_namespace' layer, which is not available: not "
                        "requested by the policy",

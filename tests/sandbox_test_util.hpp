@@ -35,8 +35,8 @@ inline sandbox::Policy explore_policy() {
 // (with it, a path outside the policy does not exist in the child's root: ENOENT, not EACCES).
 inline sandbox::Policy without_new_root(sandbox::Policy p) {
   std::erase(p.namespaces, "mount");
-  std::erase(p.required, "read_only_host");
-  std::erase(p.required, "mount_namespace");
+  std::erase(p.required, sandbox::Layer::kReadOnlyHost);
+  std::erase(p.required, sandbox::Layer::kMountNamespace);
   return p;
 }
 

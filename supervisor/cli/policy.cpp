@@ -269,6 +269,10 @@ void explain_writes(const Preset& p, const std::string& workspace) {
       "  (exec only /usr/bin/git and /usr/lib, no network) with every executable git setting overridden.\n");
 }
 
+bool lists(const std::vector<sandbox::Layer>& v, sandbox::Layer x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
 bool lists(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -399,7 +403,7 @@ void explain_summary(const Preset& p, const std::string& workspace) {
 
   std::vector<std::string> lacking;
   for (const auto& l : sandbox::kernel_support())
-    if (!l.applied) lacking.push_back(l.name + (lists(s.required, l.name) ? " (REQUIRED: children refused)" : ""));
+    if (!l.applied) lacking.push_back(l.name + (lists(s.required, l.layer) ? " (REQUIRED: children refused)" : ""));
   line("kernel", lacking.empty() ? "has every layer" : "lacks " + join(lacking, ", ") + " (see THIS KERNEL)");
   std::printf("\n");
 }
@@ -532,7 +536,8 @@ void explain_text(const Preset& p, const std::string& workspace, bool all_syscal
       "  read-only except the write roots; protected paths are read-only binds inside them\n");
   std::printf("\nENVIRONMENT (nothing else is passed)\n  copied  %s\n", join(s.env_allow).c_str());
   for (const auto& [k, v] : s.env_set) std::printf("  set     %s=%s\n", k.c_str(), subst(v, workspace).c_str());
-  std::printf("\nREQUIRED LAYERS (the child is refused when the kernel lacks one)\n  %s\n", join(s.required).c_str());
+  std::printf("\nREQUIRED LAYERS (the child is refused when the kernel lacks one)\n  %s\n",
+              join(sandbox::layer_names(s.required)).c_str());
 
   const auto& b = p.budgets;
   std::printf(
@@ -546,10 +551,10 @@ void explain_text(const Preset& p, const std::string& workspace, bool all_syscal
   explain_writes(p, workspace);
 
   std::printf("\nTHIS KERNEL\n");
-  std::set<std::string> required(s.required.begin(), s.required.end());
+  const std::set<sandbox::Layer> required(s.required.begin(), s.required.end());
   for (const auto& l : sandbox::kernel_support())
     std::printf("  %s %s %s%s\n", pad(l.name, 18).c_str(), l.applied ? "yes" : "NO ", l.detail.c_str(),
-                !l.applied && required.count(l.name) ? "  (REQUIRED: children of this preset are refused)" : "");
+                !l.applied && required.count(l.layer) ? "  (REQUIRED: children of this preset are refused)" : "");
 }
 
 int explain(Args& args) {

@@ -110,7 +110,8 @@ sandbox::Policy git_policy(const GitStep& s) {
       {"GIT_PROTOCOL_FROM_USER", "0"},
   };
   if (!s.work_tree.empty()) p.env_set["GIT_WORK_TREE"] = s.work_tree.string();
-  p.required = {"no_new_privs", "capabilities", "seccomp", "landlock", "net_namespace"};
+  using sandbox::Layer;
+  p.required = {Layer::kNoNewPrivs, Layer::kCapabilities, Layer::kSeccomp, Layer::kLandlock, Layer::kNetNamespace};
   return p;
 }
 

@@ -243,7 +243,8 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   removed(s.extra_denied_syscalls, t.extra_denied_syscalls, "/sandbox/syscalls/deny",
           "sandbox.syscalls.deny no longer refuses");
   removed(s.namespaces, t.namespaces, "/sandbox/namespaces", "sandbox.namespaces drops");
-  removed(s.required, t.required, "/sandbox/required", "sandbox.required no longer requires");
+  removed(sandbox::layer_names(s.required), sandbox::layer_names(t.required), "/sandbox/required",
+          "sandbox.required no longer requires");
   added(s.env_allow, t.env_allow, "/sandbox/environment/allow", "sandbox.environment.allow copies");
   for (const auto& [k, v] : s.env_set) {
     auto it = t.env_set.find(k);
@@ -505,10 +506,10 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
 
   auto support = sandbox::kernel_support();
   for (std::size_t i = 0; i < p.sandbox.required.size(); ++i) {
-    const auto& req = p.sandbox.required[i];
-    auto it = std::find_if(support.begin(), support.end(), [&](const auto& l) { return l.name == req; });
+    const sandbox::Layer req = p.sandbox.required[i];
+    auto it = std::find_if(support.begin(), support.end(), [&](const auto& l) { return l.layer == req; });
     if (it != support.end() && !it->applied)
-      note("required layer '" + req + "' is not available on this kernel (" + it->detail +
+      note("required layer '" + std::string(to_string(req)) + "' is not available on this kernel (" + it->detail +
                "): children of this preset will be refused here",
            index_pointer("/sandbox/required", i));
   }

@@ -4,7 +4,9 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace sandbox {
 
@@ -46,5 +48,7 @@ inline constexpr std::array<Layer, 22> kLayers = {
 std::string_view to_string(Layer layer) noexcept;
 // The layer named `name` (to_string's spelling), or nullopt.
 std::optional<Layer> parse_layer(std::string_view name) noexcept;
+// to_string of each, in order.
+std::vector<std::string> layer_names(const std::vector<Layer>& layers);
 
 }  // namespace sandbox

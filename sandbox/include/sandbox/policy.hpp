@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sandbox/layer.hpp"
+
 namespace sandbox {
 
 // Thrown for an invalid policy; what() names the file and the field, e.g.
@@ -76,7 +78,7 @@ struct Policy {
   std::vector<std::string> namespaces;         // user, pid, net, ipc, uts, mount
   std::vector<std::string> env_allow;          // names copied from the supervisor's environment
   std::map<std::string, std::string> env_set;  // fixed values (templates allowed)
-  std::vector<std::string> required;           // layers that must be in force, else launch fails
+  std::vector<Layer> required;                 // layers that must be in force, else launch fails (to_string names them)
 };
 
 // Parses the "sandbox" object of a policy file. `source` names the file in errors.

@@ -1,2 +1,0 @@
-// Compiled only so that its target builds the precompiled headers the libraries share (cmake/pch.cmake).
-namespace subagent_pch_host {}
