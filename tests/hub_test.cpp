@@ -106,6 +106,23 @@ TEST_CASE("scope: a preset, tool, budget or domain outside the parent's scope is
   CHECK(f.done[id].status == Status::completed);
 }
 
+TEST_CASE("a spawn takes its preset from what the hub read when it was made, not from the file now") {
+  Fixture f;
+  test::TempDir policies;
+  for (const auto& e : fs::directory_iterator(test::policy_dir()))
+    if (e.path().extension() == ".json") fs::copy_file(e.path(), policies.path() / e.path().filename());
+  f.cfg.policy_dir = policies.path();
+  f.make();
+  fs::remove(policies.path() / "explore.json");  // no file left to read at spawn time
+  std::string id = f.spawn(f.req("explore"));
+  REQUIRE(f.until([&] { return f.done.count(id) == 1; }));
+  CHECK_MESSAGE(f.done[id].status == Status::completed, f.done[id].reason);
+  // The twin: a hub made now reads the directory as it is, and knows no explore preset.
+  Hub later(f.io, f.cfg);
+  CHECK_THROWS_WITH_AS(later.spawn(f.req("explore"), [](const protocol::Envelope&) {}),
+                       doctest::Contains("unknown preset 'explore'"), PresetError);
+}
+
 TEST_CASE("per-spawn limits only tighten") {
   Fixture f;
   f.make();

@@ -154,6 +154,50 @@ TEST_CASE("unknown presets and bad names are refused with what exists") {
   CHECK_THROWS_WITH(load_preset("Bad Name", kPolicies), doctest::Contains("not a valid preset name"));
 }
 
+TEST_CASE("a catalog reads its presets once, keeps each file's error, and answers as load_preset does") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("subagent-catalog-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kPolicies / "explore.json", dir / "explore.json");
+  std::ofstream(dir / "broken.json") << "{ not json";
+  PresetCatalog catalog(dir);
+  const Preset before = catalog.get("explore");
+  CHECK(before.digest == load_preset("explore", dir).digest);
+
+  // Edited after the catalog was made: the catalog keeps what it read (the twin: a fresh read sees
+  // the edit, so the file did change).
+  json doc = read_jsonc_file(dir / "explore.json");
+  doc["budgets"]["max_steps"] = 3;
+  std::ofstream(dir / "explore.json", std::ios::trunc) << doc.dump();
+  CHECK(catalog.get("explore").digest == before.digest);
+  CHECK(catalog.get("explore").budgets.max_steps == before.budgets.max_steps);
+  CHECK(load_preset("explore", dir).budgets.max_steps == 3);
+  CHECK(PresetCatalog(dir).get("explore").budgets.max_steps == 3);
+
+  // A file that did not load gives the same error each time, as load_preset gives it.
+  std::string direct;
+  try {
+    load_preset("broken", dir);
+  } catch (const PresetError& e) {
+    direct = e.what();
+  }
+  REQUIRE_FALSE(direct.empty());
+  CHECK_THROWS_WITH_AS(catalog.get("broken"), direct.c_str(), PresetError);
+  CHECK_THROWS_WITH_AS(catalog.get("broken"), direct.c_str(), PresetError);
+
+  // Unknown and invalid names: load_preset's messages; a preset added later is unknown to the catalog.
+  fs::copy_file(kPolicies / "reviewer.json", dir / "reviewer.json");
+  CHECK_THROWS_WITH_AS(catalog.get("reviewer"),
+                       ("unknown preset 'reviewer' (known in " + dir.string() + ": broken, explore)").c_str(),
+                       PresetError);
+  CHECK(load_preset("reviewer", dir).name == "reviewer");
+  CHECK_THROWS_WITH(catalog.get("Bad Name"), doctest::Contains("not a valid preset name"));
+  // A path is read when asked, like load_preset.
+  CHECK(catalog.get((dir / "reviewer.json").string()).name == "reviewer");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("schema validator reports the pointer of the offending value") {
   json schema = json::parse(R"({"type":"object","required":["a"],"additionalProperties":false,
     "properties":{"a":{"type":"integer","minimum":1},"b":{"type":"array","items":{"enum":["x","y"]}}}})");

@@ -159,7 +159,8 @@ std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope
 
 }  // namespace
 
-Hub::Hub(boost::asio::io_context& io, HubConfig cfg) : io_(io), cfg_(std::move(cfg)), lock_poll_(io) {
+Hub::Hub(boost::asio::io_context& io, HubConfig cfg)
+    : io_(io), cfg_(std::move(cfg)), presets_(cfg_.policy_dir), lock_poll_(io) {
   cfg_.max_concurrent = std::clamp<std::size_t>(cfg_.max_concurrent, 1, kMaxConcurrentCeiling);
   cfg_.max_per_turn = std::clamp<std::size_t>(cfg_.max_per_turn, 1, kMaxPerTurnCeiling);
   if (!cfg_.make_provider) {
@@ -176,8 +177,7 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   if (shutting_down_) throw ScopeError("the supervisor is shutting down; no new children");
   const Scope& scope = cfg_.scope;
   check_preset_in_scope(req.preset, scope);
-  auto preset =
-      std::make_shared<Preset>(scoped_preset(load_preset(req.preset, cfg_.policy_dir), scope, req.tools, req.domains));
+  auto preset = std::make_shared<Preset>(scoped_preset(presets_.get(req.preset), scope, req.tools, req.domains));
   if (req.brief.empty()) throw ScopeError("brief: may not be empty");
   std::error_code ec;
   fs::path ws = fs::canonical(req.workspace, ec);

@@ -509,21 +509,35 @@ std::vector<std::string> list_presets(const fs::path& policy_dir) {
   return out;
 }
 
+namespace {
+
+bool names_a_file(const std::string& name_or_path) {
+  return name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
+}
+
+void check_preset_name(const std::string& name) {
+  if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
+    throw PresetError("preset '" + name + "' is not a valid preset name");
+}
+
+[[noreturn]] void throw_unknown_preset(const std::string& name, const fs::path& policy_dir,
+                                       const std::vector<std::string>& known) {
+  std::string list;
+  for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+  throw PresetError("unknown preset '" + name + "' (known in " + policy_dir.string() + ": " + list + ")");
+}
+
+}  // namespace
+
 Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) {
   fs::path file;
-  if (name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json")) {
+  if (names_a_file(name_or_path)) {
     file = name_or_path;
   } else {
-    if (name_or_path.empty() ||
-        name_or_path.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos)
-      throw PresetError("preset '" + name_or_path + "' is not a valid preset name");
+    check_preset_name(name_or_path);
     file = policy_dir / (name_or_path + ".json");
     std::error_code ec;
-    if (!fs::exists(file, ec)) {
-      std::string known;
-      for (const auto& n : list_presets(policy_dir)) known += (known.empty() ? "" : ", ") + n;
-      throw PresetError("unknown preset '" + name_or_path + "' (known in " + policy_dir.string() + ": " + known + ")");
-    }
+    if (!fs::exists(file, ec)) throw_unknown_preset(name_or_path, policy_dir, list_presets(policy_dir));
   }
   std::string raw;
   json doc = read_jsonc_file(file, &raw);
@@ -533,6 +547,30 @@ Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) 
                           file.stem().string() + "'",
                       "/preset");
   return p;
+}
+
+PresetCatalog::PresetCatalog(fs::path policy_dir) : dir_(std::move(policy_dir)) {
+  for (const auto& name : list_presets(dir_)) {
+    Entry& e = by_name_[name];
+    try {
+      e.preset = load_preset(name, dir_);
+    } catch (...) {
+      e.error = std::current_exception();
+    }
+  }
+}
+
+Preset PresetCatalog::get(const std::string& name_or_path) const {
+  if (names_a_file(name_or_path)) return load_preset(name_or_path, dir_);
+  check_preset_name(name_or_path);
+  auto it = by_name_.find(name_or_path);
+  if (it == by_name_.end()) {
+    std::vector<std::string> known;
+    for (const auto& [name, entry] : by_name_) known.push_back(name);
+    throw_unknown_preset(name_or_path, dir_, known);
+  }
+  if (!it->second.preset) std::rethrow_exception(it->second.error);
+  return *it->second.preset;
 }
 
 protocol::Limits child_limits(const Budgets& b) {

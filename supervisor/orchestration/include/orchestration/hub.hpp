@@ -134,6 +134,7 @@ class Hub {
 
   boost::asio::io_context& io_;
   HubConfig cfg_;
+  PresetCatalog presets_;  // cfg_.policy_dir, read once here (policy/preset.hpp)
   std::map<std::string, std::unique_ptr<Child>> children_;
   std::deque<std::string> queue_;
   std::size_t running_ = 0;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <filesystem>
 #include <map>
@@ -146,6 +147,28 @@ Preset parse_preset(const nlohmann::json& doc, const std::filesystem::path& sour
 
 // Names of the presets in `policy_dir` (files *.json other than schema.json), sorted.
 std::vector<std::string> list_presets(const std::filesystem::path& policy_dir);
+
+// Every preset of one policy directory, read and parsed once, when the catalog is made (the hub
+// makes its own before the event loop serves a spawn), so that a spawn looks its preset up instead
+// of reading and parsing a file on the loop. The presets in force are therefore the files as they
+// stood at start-up: an edit takes effect at the next start, like `policy explain`'s digest.
+// A file that did not load keeps its PresetError, thrown again by get(); a path (a name with '/'
+// or ending in .json, as `run --preset ./mine.json` gives) is not catalogued and is read by get().
+class PresetCatalog {
+ public:
+  explicit PresetCatalog(std::filesystem::path policy_dir);
+  // The preset `name_or_path` names; throws PresetError as load_preset does.
+  Preset get(const std::string& name_or_path) const;
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+
+ private:
+  struct Entry {
+    std::optional<Preset> preset;
+    std::exception_ptr error;  // when preset is empty
+  };
+  std::filesystem::path dir_;
+  std::map<std::string, Entry> by_name_;
+};
 
 // Every tool the preset lists (allow + ask), i.e. every tool the child is told about.
 std::vector<std::string> offered_tools(const Preset& p);
