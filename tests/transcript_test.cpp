@@ -469,6 +469,79 @@ TEST_CASE("a read-only transcript directory is reported, never thrown, and the e
   CHECK_MESSAGE(r.empty(), r);
 }
 
+TEST_CASE("a background store: the first version and retention are written behind, in order") {
+  test::TempDir d;
+  auto o = options_in(d.path());
+  o.keep = 2;
+  o.background = true;
+  TranscriptStore store(o, patterns_only());
+  std::string err;
+  auto t1 = store.open(header("bg-1"), err);
+  REQUIRE(t1);
+  t1->wait_written();
+  REQUIRE(fs::exists(t1->path()));
+  CHECK(parse_file(t1->path())["status"] == "running");  // the first version, from the writer thread
+  CHECK(t1->writes() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto t2 = store.open(header("bg-2"), err);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto t3 = store.open(header("bg-3"), err);
+  REQUIRE((t2 && t3));
+  auto p1 = t1->path();
+  t1.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto t4 = store.open(header("bg-4"), err);
+  REQUIRE(t4);
+  // The writer runs its jobs in order: once bg-5's first version is on disk, the retention scan
+  // bg-4's open queued before it has run.
+  auto t5 = store.open(header("bg-5"), err);
+  REQUIRE(t5);
+  t5->wait_written();
+  CHECK_FALSE(fs::exists(p1));  // closed and oldest: pruned by the writer thread
+  for (const auto* t : {&t2, &t3, &t4, &t5}) CHECK(fs::exists((*t)->path()));
+}
+
+TEST_CASE("a background store on a read-only directory: open() returns, the error follows, the envelope says null") {
+  std::string r = in_child([]() -> std::string {
+    test::TempDir d;
+    const fs::path dir = d.path() / "ro";
+    fs::create_directories(dir);
+    if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        ::mount(nullptr, dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0)
+      return std::string("read-only bind mount: ") + std::strerror(errno);
+    auto o = options_in(dir);
+    o.background = true;
+    auto store = std::make_shared<TranscriptStore>(o, patterns_only());
+    std::string err;
+    auto t = store->open(header("bg-ro1"), err);
+    if (!t) return "open did not return a transcript: " + err;
+    t->wait_written();
+    if (t->error().find("Read-only file system") == std::string::npos) return "unclear error: " + t->error();
+    t.reset();
+
+    SessionConfig cfg;
+    cfg.id = "bg-ro2";
+    std::vector<std::string> logs;
+    cfg.on_log = [&](const std::string& l) { logs.push_back(l); };
+    cfg.on_event = [](const json&) {};
+    auto records = SessionRecords::attach(cfg, store, nullptr, "p");
+    cfg.on_event({{"event", "spawn"}, {"child", "bg-ro2"}});
+    cfg.on_event({{"event", "envelope"}, {"child", "bg-ro2"}, {"envelope", {{"status", "completed"}}}});
+    protocol::Envelope e;
+    e.id = "bg-ro2";
+    e.transcript = "/stale";
+    std::string ferr = records->finish(e);
+    if (e.transcript) return "the envelope names a transcript";
+    if (ferr.find("Read-only") == std::string::npos) return "finish error: " + ferr;
+    bool logged = false;
+    for (const auto& l : logs)
+      logged |= l.rfind("[subagent:bg-ro2] transcript: ", 0) == 0 && l.find("Read-only") != std::string::npos;
+    if (!logged) return "the reason was not logged";
+    return "";
+  });
+  CHECK_MESSAGE(r.empty(), r);
+}
+
 TEST_CASE("SessionRecords: finish() sets the path, rewrites only when the parent's envelope differs") {
   test::TempDir d;
   auto store = std::make_shared<TranscriptStore>(options_in(d.path()), patterns_only());

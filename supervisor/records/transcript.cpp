@@ -301,6 +301,9 @@ struct TranscriptStore::Shared {
     }
   }
 
+  // Removes the oldest transcripts beyond options.keep (and dead supervisors' temporaries).
+  std::size_t prune(std::string* error) noexcept;
+
   std::string ensure_dir() {
     if (dirfd >= 0) return {};
     error = detail::make_private_dirs(dir);
@@ -376,6 +379,16 @@ std::shared_ptr<Transcript> TranscriptStore::open(const TranscriptHeader& header
       shared_->active.insert(header.id);
     }
     std::shared_ptr<Transcript> t(new Transcript(shared_, header));
+    if (shared_->options.background) {
+      // The caller (the event loop) does no disk work here beyond the checks above: the first
+      // version and the retention scan go to the writer thread, in that order. A failed first
+      // write is the transcript's error() (SessionRecords reports it at the next event and names
+      // no transcript in the envelope).
+      t->write_version(true);
+      Shared* shared = shared_.get();  // ~Shared runs every queued job before it returns
+      shared_->post_write([shared] { shared->prune(nullptr); });
+      return t;
+    }
     if (!t->write()) {
       error = t->error();
       return nullptr;  // ~Transcript leaves the active set
@@ -391,25 +404,25 @@ std::shared_ptr<Transcript> TranscriptStore::open(const TranscriptHeader& header
   return nullptr;
 }
 
-std::size_t TranscriptStore::prune(std::string* error) noexcept {
-  const std::size_t keep = shared_->options.keep;  // 0: keep every transcript (temporaries still go)
+std::size_t TranscriptStore::Shared::prune(std::string* error) noexcept {
+  const std::size_t keep = options.keep;  // 0: keep every transcript (temporaries still go)
   std::size_t removed = 0;
   try {
-    std::lock_guard lock(shared_->mu);
-    if (std::string e = shared_->ensure_dir(); !e.empty()) {
+    std::lock_guard lock(mu);
+    if (std::string e = ensure_dir(); !e.empty()) {
       if (error) *error = e;
       return 0;
     }
-    int fd = ::dup(shared_->dirfd);
+    int fd = ::dup(dirfd);
     if (fd < 0) {
-      if (error) *error = "cannot list " + shared_->dir.string() + ": " + errno_text(errno);
+      if (error) *error = "cannot list " + dir.string() + ": " + errno_text(errno);
       return 0;
     }
     DIR* d = ::fdopendir(fd);
     if (!d) {
       int err = errno;
       ::close(fd);
-      if (error) *error = "cannot list " + shared_->dir.string() + ": " + errno_text(err);
+      if (error) *error = "cannot list " + dir.string() + ": " + errno_text(err);
       return 0;
     }
     ::rewinddir(d);
@@ -423,13 +436,13 @@ std::size_t TranscriptStore::prune(std::string* error) noexcept {
       // to be renamed into place: remove it, so no half-written file stays behind.
       if (const pid_t owner = temporary_owner(ent->d_name);
           owner > 0 && owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
-        ::unlinkat(shared_->dirfd, ent->d_name, 0);
+        ::unlinkat(dirfd, ent->d_name, 0);
         continue;
       }
       std::string id = transcript_id_of(ent->d_name);
       if (id.empty()) continue;
       struct stat st;
-      if (::fstatat(shared_->dirfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (::fstatat(dirfd, ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
       found.push_back({ent->d_name, std::move(id), st.st_mtim});
     }
     ::closedir(d);
@@ -440,17 +453,19 @@ std::size_t TranscriptStore::prune(std::string* error) noexcept {
       return a.name > b.name;
     });
     for (std::size_t i = keep; i < found.size(); ++i) {
-      if (shared_->active.count(found[i].id)) continue;
-      if (::unlinkat(shared_->dirfd, found[i].name.c_str(), 0) == 0)
+      if (active.count(found[i].id)) continue;
+      if (::unlinkat(dirfd, found[i].name.c_str(), 0) == 0)
         ++removed;
       else if (errno != ENOENT && error)
-        *error = "cannot delete old transcript " + (shared_->dir / found[i].name).string() + ": " + errno_text(errno);
+        *error = "cannot delete old transcript " + (dir / found[i].name).string() + ": " + errno_text(errno);
     }
   } catch (const std::exception& e) {
     if (error) *error = std::string("retention failed: ") + e.what();
   }
   return removed;
 }
+
+std::size_t TranscriptStore::prune(std::string* error) noexcept { return shared_->prune(error); }
 
 // ---- one transcript ------------------------------------------------------------------------------
 
