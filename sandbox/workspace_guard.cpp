@@ -45,7 +45,8 @@ std::vector<fs::path> home_directories() {
   // at once, and getpwuid's result lives in one static buffer.
   struct passwd pw {};
   struct passwd* found = nullptr;
-  std::vector<char> buf(16384);
+  const long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);  // glibc: 1024; -1 when it has no bound
+  std::vector<char> buf(hint > 0 ? static_cast<std::size_t>(hint) : 1024);
   int rc;
   while ((rc = ::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 20))
     buf.resize(buf.size() * 2);

@@ -177,12 +177,8 @@ void ChildSession::start(DoneHandler on_done) {
                                      {"model", provider_->describe()}}));
   if (cfg_.budgets.max_cost_usd && !meter_.price()) {
     // A cost budget nobody can count is refused, never silently ignored.
-    fail(proto::Status::failed, "max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
-                                    provider_->describe() +
-                                    " has no price in the model config (add it under \"prices\", docs/models.md)");
-    exited_ = true;
-    stdout_eof_ = true;
-    asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+    refuse_start("max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
+                 provider_->describe() + " has no price in the model config (add it under \"prices\", docs/models.md)");
     return;
   }
   // The plan is prepared off the loop (seccomp, Landlock ruleset, paths: sandbox::prepare reads the
@@ -215,7 +211,11 @@ void ChildSession::start(DoneHandler on_done) {
 
 void ChildSession::start_failed(const std::string& why) {
   // Launch failed before the child ran anything: report, never run it unsandboxed.
-  fail(proto::Status::failed, std::string("could not start the child: ") + why);
+  refuse_start(std::string("could not start the child: ") + why);
+}
+
+void ChildSession::refuse_start(const std::string& reason) {
+  fail(proto::Status::failed, reason);
   exited_ = true;
   stdout_eof_ = true;
   asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });

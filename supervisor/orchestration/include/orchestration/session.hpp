@@ -144,6 +144,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void kill_tree(const std::string& why);
   void maybe_finish();
   void start_failed(const std::string& why);
+  // Ends a session that never ran a child: status failed with `reason`, finished on the next turn.
+  void refuse_start(const std::string& reason);
   struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
   // On the loop: clones the child (sandbox::start) and waits, without blocking, for its exec.
   void launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes);
