@@ -4,6 +4,8 @@
 # each runs for $SUBAGENT_FUZZ_SECONDS (60) from the seeds in tests/fuzz/corpus/<name>/. New inputs go
 # to <build>/fuzz-corpus/<name>/, never into the source tree; a crashing input is saved as
 # <build>/fuzz-artifacts/<name>-crash-* and the script fails naming it.
+# Targets run $(nproc) at a time (each is one process on one core), so the whole run takes about
+# seconds x ceil(targets / cores) of wall time; each target still gets its full $SUBAGENT_FUZZ_SECONDS.
 #   scripts/fuzz.sh [NAME...]    only these targets (e.g. sse control)
 set -euo pipefail
 
@@ -16,7 +18,8 @@ symbolizer=/usr/lib/llvm-16/bin/llvm-symbolizer
 if [ -x "$symbolizer" ]; then export ASAN_SYMBOLIZER_PATH=$symbolizer; fi
 
 if [ ! -f "$dir/build.ninja" ]; then
-  CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSUBAGENT_WERROR=OFF -DSUBAGENT_FUZZ=ON
+  CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSUBAGENT_WERROR=OFF \
+    -DSUBAGENT_BENCH=OFF -DSUBAGENT_FUZZ=ON
 fi
 cmake --build "$dir" -j "$jobs" --target fuzz_targets
 
@@ -28,22 +31,41 @@ if ((${#names[@]} == 0)); then
   done
 fi
 
-failed=()
-for name in "${names[@]}"; do
-  bin=$dir/fuzz/${name}_fuzz
-  seeds=$here/tests/fuzz/corpus/$name
-  work=$dir/fuzz-corpus/$name
+fuzz_one() {  # name; exit status: the fuzzer's
+  local name=$1 bin=$dir/fuzz/${1}_fuzz seeds=$here/tests/fuzz/corpus/$1 work=$dir/fuzz-corpus/$1
   mkdir -p "$work" "$dir/fuzz-artifacts"
   [ -d "$seeds" ] || seeds=
   echo "fuzz: $name for ${seconds}s" >&2
   # detect_leaks stays on: a leak per input is a bug too. -rss_limit_mb guards the machine, not the code.
-  if ! ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1} \
+  ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
-    -artifact_prefix="$dir/fuzz-artifacts/$name-" "$work" ${seeds:+"$seeds"} 2>"$dir/fuzz-$name.log"; then
+    -artifact_prefix="$dir/fuzz-artifacts/$name-" "$work" ${seeds:+"$seeds"} 2>"$dir/fuzz-$name.log"
+}
+
+# Each target's verdict is reported when all have run, in the order they were named.
+declare -A pid_of status_of
+running=0
+for name in "${names[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$name" &
+  pid_of[$name]=$!
+  running=$((running + 1))
+done
+for name in "${names[@]}"; do
+  if wait "${pid_of[$name]}"; then status_of[$name]=0; else status_of[$name]=1; fi
+done
+
+failed=()
+for name in "${names[@]}"; do
+  if ((status_of[$name])); then
     tail -n 60 "$dir/fuzz-$name.log" >&2
     failed+=("$name")
   else
+    echo "fuzz: $name:" >&2
     grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$dir/fuzz-$name.log" >&2 || true
   fi
 done
