@@ -88,6 +88,15 @@ std::string in_child(const std::function<std::string()>& fn) {
   return test::slurp(report);
 }
 
+// In in_child's mount namespace: `dir`, created and bind-mounted read-only onto itself; "" or the error.
+std::string make_read_only_dir(const fs::path& dir) {
+  fs::create_directories(dir);
+  if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+      ::mount(nullptr, dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0)
+    return std::string("read-only bind mount: ") + std::strerror(errno);
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("rfc3339 timestamps and the default directories") {
@@ -429,10 +438,7 @@ TEST_CASE("a read-only transcript directory is reported, never thrown, and the e
   std::string r = in_child([]() -> std::string {
     test::TempDir d;
     const fs::path dir = d.path() / "ro";
-    fs::create_directories(dir);
-    if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
-        ::mount(nullptr, dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0)
-      return std::string("read-only bind mount: ") + std::strerror(errno);
+    if (std::string e = make_read_only_dir(dir); !e.empty()) return e;
     auto store = std::make_shared<TranscriptStore>(options_in(dir), patterns_only());
     std::string err;
     if (store->open(header("ro1"), err)) return "open succeeded on a read-only directory";
@@ -505,10 +511,7 @@ TEST_CASE("a background store on a read-only directory: open() returns, the erro
   std::string r = in_child([]() -> std::string {
     test::TempDir d;
     const fs::path dir = d.path() / "ro";
-    fs::create_directories(dir);
-    if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
-        ::mount(nullptr, dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0)
-      return std::string("read-only bind mount: ") + std::strerror(errno);
+    if (std::string e = make_read_only_dir(dir); !e.empty()) return e;
     auto o = options_in(dir);
     o.background = true;
     auto store = std::make_shared<TranscriptStore>(o, patterns_only());
