@@ -40,6 +40,7 @@ struct Spec {
   std::chrono::milliseconds handshake{10'000};
   std::optional<std::chrono::milliseconds> cancel_after;
   Approver approver;
+  std::string brief = "test brief";
 };
 
 Outcome run(const Spec& s) {
@@ -55,7 +56,7 @@ Outcome run(const Spec& s) {
   auto preset = std::make_shared<Preset>(load_preset("explore", test::policy_dir()));
   cfg.budgets = tighten(preset->budgets, s.limits, "the preset explore");
   cfg.preset = preset;
-  cfg.brief = "test brief";
+  cfg.brief = s.brief;
   cfg.description = "test";
   cfg.workspace = std::filesystem::canonical(ws.path());
   if (s.fake.empty()) {
@@ -431,6 +432,25 @@ TEST_CASE("a flood of valid lines is read in bounded memory and the child still 
   s.fake_args = {"200000"};  // ~24 MB of log lines
   auto o = run(s);
   CHECK(o.env.status == Status::completed);
+}
+
+TEST_CASE("a welcome larger than the pipe reaches the child whole: what the pipe does not take waits for the loop") {
+  // The welcome is written at once while nothing is queued (session_io.cpp); a 256 KiB brief is four
+  // times a pipe's 64 KiB, so most of it goes out through the queued, asynchronous write. Twin: the
+  // default short brief, which one direct write takes.
+  Spec big;
+  big.brief = std::string(256 * 1024, 'b') + " END-OF-BRIEF";
+  Spec small;
+  for (const Spec* s : {&big, &small}) {
+    auto o = run(*s);
+    REQUIRE(o.env.status == Status::completed);
+    const json* first = nullptr;
+    for (const auto& e : o.events)
+      if (e["event"] == "model_request" && !first) first = &e;
+    REQUIRE(first);
+    const std::string sent = (*first)["new_messages"][1]["content"].get<std::string>();
+    CHECK(sent.find(s->brief) != std::string::npos);
+  }
 }
 
 TEST_CASE("stderr lines reach the log prefixed with the child id") {

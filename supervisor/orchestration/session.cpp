@@ -274,6 +274,10 @@ void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
   pidfd_.assign(child->pidfd);
   to_child_.assign(pipes->in.release_write());
   from_child_.assign(pipes->out.release_read());
+  // send() writes and on_readable() reads these directly (session_io.cpp): never block the loop.
+  boost::system::error_code blocking;
+  to_child_.non_blocking(true, blocking);
+  if (!blocking) from_child_.non_blocking(true, blocking);
   child_err_.assign(pipes->err.release_read());
   emit(make_event(EventKind::started,
                   {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));
@@ -282,6 +286,10 @@ void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
   wait_exit();
   do_read();
   do_read_stderr();
+  if (blocking) {  // fcntl(F_SETFL) failed: a full pipe could block the loop, so the child is ended
+    fail(proto::Status::failed, "could not make the child's pipes non-blocking: " + blocking.message());
+    return;
+  }
   if (status_ == proto::Status::cancelled) {  // cancel() came while it was launched: end it as cancel() does
     kill_tree("cancelled");
     return;

@@ -3,9 +3,11 @@
 #include "orchestration/session.hpp"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 
@@ -18,41 +20,61 @@ using nlohmann::json;
 // ---- reading the child ---------------------------------------------------------------------------
 
 void ChildSession::do_read() {
-  from_child_.async_read_some(
-      asio::buffer(read_buf_),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) { self->on_read(ec, n); });
+  // No speculative read: the loop is one thread, so nothing can take the readiness edge between
+  // the last (short) read and this wait, and data that came in the meantime wakes it at once.
+  from_child_.async_wait(asio::posix::descriptor_base::wait_read,
+                         [self = shared_from_this()](boost::system::error_code ec) { self->on_readable(ec); });
 }
 
-void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
-  std::vector<proto::Frame> frames;
-  if (ec) {
-    reader_.finish(frames);
-  } else {
-    reader_.feed(std::string_view(read_buf_.data(), n), frames);
+void ChildSession::on_readable(boost::system::error_code ec) {
+  if (ec) return on_read_end(ec);  // cancelled (the drain timer gave up) or the descriptor failed
+  const int fd = from_child_.native_handle();
+  for (;;) {
+    const ssize_t n = ::read(fd, read_buf_.data(), read_buf_.size());
+    if (n > 0) {
+      consume(std::string_view(read_buf_.data(), static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) < read_buf_.size()) break;  // the pipe is empty now
+      continue;
+    }
+    if (n == 0) return on_read_end(asio::error::eof);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;  // a spurious wake-up
+    return on_read_end(boost::system::error_code(errno, boost::system::system_category()));
   }
-  for (auto& f : frames) {
+  do_read();
+}
+
+void ChildSession::consume(std::string_view chunk) {
+  frames_.clear();
+  reader_.feed(chunk, frames_);
+  for (auto& f : frames_) {
     if (state_ == State::finishing || state_ == State::done) break;
     handle_frame(f);
   }
-  if (ec) {
-    stdout_eof_ = true;
-    boost::system::error_code ignored;
-    from_child_.close(ignored);
-    if (!exited_ && !final_ && state_ != State::finishing && state_ != State::done) {
-      // Its output closed but the child lives on: it can never report again. A child that is just
-      // exiting closes stdout a moment before the kernel says it exited, so wait that moment first.
-      stdout_closed_timer_.expires_after(cfg_.exit_grace);
-      stdout_closed_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
-        if (e || self->exited_ || self->final_) return;
-        self->fail(proto::Status::protocol_error,
-                   "protocol error: the child closed its stdout but kept running (still alive " +
-                       std::to_string(self->cfg_.exit_grace.count()) + " ms later)");
-      });
-    }
-    maybe_finish();
-    return;
+}
+
+void ChildSession::on_read_end(boost::system::error_code) {
+  frames_.clear();
+  reader_.finish(frames_);
+  for (auto& f : frames_) {
+    if (state_ == State::finishing || state_ == State::done) break;
+    handle_frame(f);
   }
-  do_read();
+  stdout_eof_ = true;
+  boost::system::error_code ignored;
+  from_child_.close(ignored);
+  if (!exited_ && !final_ && state_ != State::finishing && state_ != State::done) {
+    // Its output closed but the child lives on: it can never report again. A child that is just
+    // exiting closes stdout a moment before the kernel says it exited, so wait that moment first.
+    stdout_closed_timer_.expires_after(cfg_.exit_grace);
+    stdout_closed_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      if (e || self->exited_ || self->final_) return;
+      self->fail(proto::Status::protocol_error,
+                 "protocol error: the child closed its stdout but kept running (still alive " +
+                     std::to_string(self->cfg_.exit_grace.count()) + " ms later)");
+    });
+  }
+  maybe_finish();
 }
 
 void ChildSession::handle_frame(proto::Frame& f) {
@@ -188,7 +210,28 @@ void ChildSession::on_exit(int status) {
 
 void ChildSession::send(const proto::SupervisorMessage& m) {
   if (pid_ <= 0 || exited_ || !to_child_.is_open()) return;
-  write_queue_.push_back(proto::encode_line(m));
+  std::string line = proto::encode_line(m);
+  if (!writing_) {
+    // Nothing is queued or in flight, so writing now keeps the order. The descriptor is
+    // non-blocking: a full pipe takes part of the line (or none) and the rest waits for the loop.
+    std::size_t off = 0;
+    while (off < line.size()) {
+      const ssize_t n = ::write(to_child_.native_handle(), line.data() + off, line.size() - off);
+      if (n > 0) {
+        off += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {  // EPIPE: the child closed its stdin or died; nothing more to say to it
+        close_to_child();
+        return;
+      }
+    }
+    if (off == line.size()) return;
+    line.erase(0, off);
+  }
+  write_queue_.push_back(std::move(line));
   if (!writing_) do_write();
 }
 
@@ -198,18 +241,24 @@ void ChildSession::do_write() {
     return;
   }
   writing_ = true;
-  asio::async_write(to_child_, asio::buffer(write_queue_.front()),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                      self->write_queue_.pop_front();
-                      if (ec) {  // the child closed its stdin or died: nothing more to say to it
-                        self->write_queue_.clear();
-                        self->writing_ = false;
-                        boost::system::error_code ignored;
-                        self->to_child_.close(ignored);
-                        return;
-                      }
+  // Every line queued so far in one gathered write; lines queued meanwhile go in the next.
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(write_queue_.size());
+  for (const std::string& line : write_queue_) buffers.push_back(asio::buffer(line));
+  asio::async_write(to_child_, buffers,
+                    [self = shared_from_this(), count = buffers.size()](boost::system::error_code ec, std::size_t) {
+                      if (ec) return self->close_to_child();
+                      self->write_queue_.erase(self->write_queue_.begin(),
+                                               self->write_queue_.begin() + static_cast<std::ptrdiff_t>(count));
                       self->do_write();
                     });
+}
+
+void ChildSession::close_to_child() {
+  write_queue_.clear();
+  writing_ = false;
+  boost::system::error_code ignored;
+  to_child_.close(ignored);
 }
 
 }  // namespace supervisor

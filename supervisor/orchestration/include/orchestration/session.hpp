@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -112,8 +113,13 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
 
   ChildSession(boost::asio::io_context& io, SessionConfig cfg, std::unique_ptr<ModelProvider> provider);
 
+  // Reading the child's stdout: wait until it is readable, then read() until a read comes back
+  // short (a pipe that gave less than was asked for is empty), so no read ever returns EAGAIN in
+  // the normal case. Each chunk is decoded as it comes (consume); on_read_end reports the end.
   void do_read();
-  void on_read(boost::system::error_code ec, std::size_t n);
+  void on_readable(boost::system::error_code ec);
+  void consume(std::string_view chunk);
+  void on_read_end(boost::system::error_code ec);
   void do_read_stderr();
   void wait_exit();
   void on_exit(int wait_status);
@@ -136,8 +142,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void ask_approval(const protocol::ToolRequest& m, const std::string& why);
   void on_approval(const std::string& id, bool allow, std::string reason, const char* denied_rule);
   void on_approval_timeout(const std::string& id);
+  // Writes at once when nothing is queued (most messages: no loop turn and no completion handler);
+  // what the pipe does not take is queued, and queued lines go out together in one gathered write.
   void send(const protocol::SupervisorMessage& m);
   void do_write();
+  void close_to_child();
   // A budget (or the clock: Budget::time with Status::timeout) is used up: the child is asked to wrap up.
   void begin_wrap_up(protocol::Status status, Budget budget, const std::string& why);
   void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
@@ -182,6 +191,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::array<char, 65536> read_buf_{};
   std::array<char, 8192> err_buf_{};
   protocol::LineReader reader_;
+  std::vector<protocol::Frame> frames_;  // reused for every chunk read
   protocol::LineReader err_reader_{4096};
   std::size_t stderr_logged_ = 0;
   std::deque<std::string> write_queue_;
