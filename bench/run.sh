@@ -25,5 +25,6 @@ cmake --build "$build" --target subagent_bench spawn_bench
 mkdir -p "$here/results"
 echo "bench: $(nproc) CPUs, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$build/bin/spawn_bench" --iterations 150 --warmup 10 --json "$here/results/spawn.json"
+echo "bench: spawn_bench done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo
 "$build/bin/subagent_bench" --results "$here/results" "$@"
