@@ -1,10 +1,11 @@
-# `cmake --install BUILD_DIR [--prefix PREFIX]` (DESTDIR works too) installs the two programs, the
+# `cmake --install BUILD_DIR [--prefix PREFIX]` (DESTDIR works too) installs the three programs, the
 # presets and the documentation, and nothing else: no test program, benchmark or fuzzer.
-#   PREFIX/bin/subagent-supervisor
+#   PREFIX/bin/subagent-supervisor                                 the command: sandbox, version, --help
+#   PREFIX/libexec/subagent-supervisor/subagent-supervisor-core  every other command, exec'd by the above
 #   PREFIX/libexec/subagent-supervisor/subagent-child     the supervisor's child, not a command of its own
 #   PREFIX/share/subagent-supervisor/policies/           *.json (schema.json included) and README.md
 #   PREFIX/share/doc/subagent-supervisor/                README.md, docs/, policies/, protocol/, examples/
-# The supervisor finds the child and the presets relative to its own location, so the tree can be
+# The supervisor finds its core, the child and the presets relative to its own location, so the tree can be
 # installed under any prefix and moved afterwards (supervisor/cli/install_layout.cpp).
 # tests/install_test.sh installs into a temporary prefix and runs the demo from there.
 
@@ -14,7 +15,7 @@ if(BUILD_SHARED_LIBS)
 endif()
 
 install(TARGETS subagent-supervisor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS subagent-child RUNTIME DESTINATION ${SUBAGENT_INSTALL_CHILD_DIR})
+install(TARGETS subagent-supervisor-core subagent-child RUNTIME DESTINATION ${SUBAGENT_INSTALL_CHILD_DIR})
 
 file(GLOB SUBAGENT_POLICY_FILES ${PROJECT_SOURCE_DIR}/policies/*.json)
 install(FILES ${SUBAGENT_POLICY_FILES} ${PROJECT_SOURCE_DIR}/policies/README.md

@@ -172,6 +172,11 @@ struct PendingLaunch::State {
 
   [[noreturn]] void step_failed(const StatusRecord& record) {
     abandon();
+    if (static_cast<Step>(record.step) == Step::kProcMount && plan->assumed_proc) {
+      private_proc_refused_at_launch();
+      throw NamespaceRefusedError(std::string("sandbox step 'mount_proc' failed: ") + std::strerror(record.error) +
+                                  " (a procfs of the child's own was assumed; prepare again to probe it)");
+    }
     std::string what = std::string("sandbox step '") + step_name(static_cast<Step>(record.step)) + "' failed";
     if (static_cast<Step>(record.step) == Step::kExecve) what += " for '" + plan->executable + "'";
     what += std::string(": ") + std::strerror(record.error);
@@ -298,7 +303,18 @@ PendingLaunch start(const Plan& plan) {
   int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (cgroups) cgroups->close_fds();
-  if (pid < 0) throw SandboxError(std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno));
+  if (pid < 0) {
+    std::string what = std::string("sandbox step 'clone' failed: ") + std::strerror(clone_errno);
+    // What clone gives for a namespace it refuses: disabled or unsupported (EINVAL, EPERM), too
+    // many of a kind or nested too deep (ENOSPC, EUSERS).
+    const bool refusal =
+        clone_errno == EINVAL || clone_errno == EPERM || clone_errno == ENOSPC || clone_errno == EUSERS;
+    if (plan.assumed_namespaces && plan.clone_flags != 0 && refusal) {
+      namespace_refused_at_launch();
+      throw NamespaceRefusedError(what + " (the namespaces were assumed; prepare again to probe them)");
+    }
+    throw SandboxError(what);
+  }
   state->child.pid = static_cast<pid_t>(pid);
   state->child.pidfd = pidfd;
   state->v2_by_pid = v2_by_pid;
@@ -314,6 +330,21 @@ Child launch(const Plan& plan) {
   PendingLaunch pending = start(plan);
   for (;;) {  // the status fd is blocking: each finish() waits for the child's next record
     if (std::optional<Child> child = pending.finish()) return std::move(*child);
+  }
+}
+
+Launched prepare_and_launch(const Policy& policy, const LaunchRequest& request,
+                            const std::function<void(const Plan&)>& on_plan) {
+  for (int attempt = 0;; ++attempt) {
+    Launched out{prepare(policy, request), {}};
+    if (on_plan) on_plan(*out.plan);
+    try {
+      out.child = launch(*out.plan);
+      return out;
+    } catch (const NamespaceRefusedError&) {
+      // The refusal is recorded: this prepare probes, and its plan never throws this again.
+      if (attempt > 0) throw;
+    }
   }
 }
 

@@ -107,6 +107,10 @@ class Plan {
   int landlock_fd = -1;
 
   unsigned long clone_flags = 0;  // CLONE_NEW* only
+  // prepare() assumed, without a probe, that the kernel grants these namespaces / a procfs of the
+  // child's own (namespaces.hpp): a refusal at launch is then a NamespaceRefusedError, not final.
+  bool assumed_namespaces = false;
+  bool assumed_proc = false;
   bool user_ns = false;
   uid_t uid = 0;
   gid_t gid = 0;

@@ -297,8 +297,10 @@ NamespacePart choose_namespaces(const Policy& policy, bool root, Plan& plan) {
     if (std::find(policy.namespaces.begin(), policy.namespaces.end(), ns.name) != policy.namespaces.end())
       part.wanted.push_back(ns.layer);
   unsigned long& flags = part.flags;
+  // Known, or assumed until the launch's clone says otherwise (namespaces.hpp): no probe here.
+  const auto granted = [&plan](unsigned long f) { return namespaces_expected(f, &plan.assumed_namespaces); };
   if (part.wants(Layer::kUserNamespace)) {
-    if (namespaces_supported(CLONE_NEWUSER))
+    if (granted(CLONE_NEWUSER))
       flags |= CLONE_NEWUSER;
     else
       part.refused[Layer::kUserNamespace] = "the kernel refused CLONE_NEWUSER (disabled, or nested too deeply)";
@@ -308,12 +310,12 @@ NamespacePart choose_namespaces(const Policy& policy, bool root, Plan& plan) {
     unsigned long with_user = ns.flag | (flags & CLONE_NEWUSER);
     if (!root && !(flags & CLONE_NEWUSER))
       part.refused[ns.layer] = "needs a user namespace when the supervisor is not root";
-    else if (namespaces_supported(with_user))
+    else if (granted(with_user))
       flags |= ns.flag;
     else
       part.refused[ns.layer] = "the kernel refused it";
   }
-  if (flags != 0 && !namespaces_supported(flags))
+  if (flags != 0 && !granted(flags))
     throw policy_error(policy, "namespaces work one by one but not together on this kernel");
   plan.clone_flags = flags;
   plan.user_ns = flags & CLONE_NEWUSER;

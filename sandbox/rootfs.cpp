@@ -197,7 +197,8 @@ std::string plan_new_root(Plan& plan, const RootPaths& paths, bool idmap) {
     proc_detail = "no /proc (it needs the PID namespace, which is not in force)";
   } else if (host_proc) {
     proc_detail = "no procfs of its own: the policy binds the host's '" + host_proc->source + "'";
-  } else if (int refusal = private_proc_refusal(plan.clone_flags & (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID))) {
+  } else if (int refusal = private_proc_expected(plan.clone_flags & (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID),
+                                                 &plan.assumed_proc)) {
     proc_detail = std::string("no /proc: the kernel refused a procfs for the child's PID namespace (") +
                   std::strerror(refusal) +
                   (refusal == EPERM ? "; no fully visible /proc here to stand in for, as in a "

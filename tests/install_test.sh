@@ -101,7 +101,8 @@ sup=$prefix/bin/subagent-supervisor
 policies=$prefix/share/subagent-supervisor/policies
 doc=$prefix/share/doc/subagent-supervisor
 replay=$doc/examples/explore-demo.jsonl
-for f in "$sup" "$prefix/libexec/subagent-supervisor/subagent-child" "$policies/schema.json" "$policies/README.md" \
+core=$prefix/libexec/subagent-supervisor/subagent-supervisor-core
+for f in "$sup" "$core" "$prefix/libexec/subagent-supervisor/subagent-child" "$policies/schema.json" "$policies/README.md" \
          "$doc/README.md" "$doc/policies/README.md" "$doc/protocol/README.md" "$doc/docs/models.md" "$replay"; do
   [ -f "$f" ] || fail "not installed: ${f#"$prefix"/}"
 done
@@ -111,7 +112,8 @@ diff <(cd "$src/policies" && ls -- *.json) <(cd "$policies" && ls -- *.json) >&2
 
 # The programs are the only executables (besides the example child script) and the only ELF files.
 (cd "$prefix" && find . -type f -perm /111 | sort) >"$work/executables"
-printf '%s\n' ./bin/subagent-supervisor ./libexec/subagent-supervisor/subagent-child \
+printf '%s\n' ./bin/subagent-supervisor ./libexec/subagent-supervisor/subagent-supervisor-core \
+  ./libexec/subagent-supervisor/subagent-child \
   ./share/doc/subagent-supervisor/examples/python_child.py | sort >"$work/executables.want"
 diff "$work/executables.want" "$work/executables" >&2 || fail "unexpected executables in the installed tree"
 elf=0
@@ -119,12 +121,12 @@ while IFS= read -r -d '' f; do
   if [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ]; then
     elf=$((elf + 1))
     case $f in
-      "$sup" | "$prefix/libexec/subagent-supervisor/subagent-child") ;;
-      *) fail "an ELF file that is not one of the two programs was installed: ${f#"$prefix"/}" ;;
+      "$sup" | "$core" | "$prefix/libexec/subagent-supervisor/subagent-child") ;;
+      *) fail "an ELF file that is not one of the three programs was installed: ${f#"$prefix"/}" ;;
     esac
   fi
 done < <(find "$prefix" -type f -print0)
-[ "$elf" -eq 2 ] || fail "expected 2 ELF files in the installed tree, found $elf"
+[ "$elf" -eq 3 ] || fail "expected 3 ELF files in the installed tree, found $elf"
 if find "$prefix" \( -name '*_test*' -o -name '*bench*' -o -name '*fuzz*' -o -name 'fake_*' -o -name 'hostile*' \) |
    grep .; then
   fail "test, benchmark or fuzz files were installed (listed above)"
@@ -176,11 +178,31 @@ else
 fi
 
 # ---- 4. twins: a binary copied alone (the installed one, and the build tree's own)
+# The lean bin/subagent-supervisor alone runs sandbox and version, and refuses the rest naming where
+# it looked for its core.
+for from in installed build; do
+  lean=$work/lean-$from
+  mkdir -p "$lean"
+  if [ $from = installed ]; then cp "$sup" "$lean/"; else cp "$build/bin/subagent-supervisor" "$lean/"; fi
+  expect_status 0 lean-$from-version -- "$lean/subagent-supervisor" version && expect_text lean-$from-version out "subagent-supervisor "
+  expect_status 0 lean-$from-sandbox -- "$lean/subagent-supervisor" sandbox --preset explore --policy-dir "$policies" \
+    --workspace "$work/cwd" -- /bin/true || true
+  for cmd in "policy --help" "run --preset explore" "mcp"; do
+    name=lean-$from-${cmd%% *}
+    # shellcheck disable=SC2086
+    if expect_status 125 "$name" -- "$lean/subagent-supervisor" $cmd; then
+      expect_text "$name" err "no subagent-supervisor-core"
+      expect_text "$name" err "$work/libexec/subagent-supervisor/subagent-supervisor-core (missing)"
+      expect_text "$name" err "cmake --install"
+    fi
+  done
+done
+# The core is the full program: copied alone, it behaves as the one binary did before the split.
 for from in installed build; do
   alone=$work/alone-$from
   mkdir -p "$alone"
-  if [ $from = installed ]; then cp "$sup" "$alone/"; else cp "$build/bin/subagent-supervisor" "$alone/"; fi
-  a=$alone/subagent-supervisor
+  if [ $from = installed ]; then cp "$core" "$alone/"; else cp "$build/bin/subagent-supervisor-core" "$alone/"; fi
+  a=$alone/subagent-supervisor-core
   if expect_status 125 alone-$from-demo -- demo alone-$from-demo "$a"; then
     for t in "$a looks for the files installed with it" "$work/libexec/subagent-supervisor/subagent-child (missing)" \
              "$work/share/subagent-supervisor/policies/ (missing)" \

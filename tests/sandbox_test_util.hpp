@@ -79,8 +79,7 @@ inline Outcome run_sandboxed(const sandbox::Policy& policy, sandbox::LaunchReque
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   req.stdout_fd = out[1];
-  auto plan = sandbox::prepare(policy, req);
-  sandbox::Child child = sandbox::launch(*plan);
+  sandbox::Child child = sandbox::prepare_and_launch(policy, req).child;
   ::close(out[1]);
   Outcome o;
   o.out = drain(out[0]);

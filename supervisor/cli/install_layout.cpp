@@ -13,6 +13,9 @@
 #ifndef SUBAGENT_INSTALL_CHILD_REL
 #error "SUBAGENT_INSTALL_CHILD_REL: the child's directory relative to the installed bin directory"
 #endif
+#ifndef SUBAGENT_INSTALL_BIN_FROM_CHILD_REL
+#error "SUBAGENT_INSTALL_BIN_FROM_CHILD_REL: the installed bin directory relative to the child's directory"
+#endif
 #ifndef SUBAGENT_INSTALL_POLICY_REL
 #error "SUBAGENT_INSTALL_POLICY_REL: the presets' directory relative to the installed bin directory"
 #endif
@@ -26,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kChildName = "subagent-child";
+constexpr const char* kCoreName = "subagent-supervisor-core";
 
 // The running executable with symlinks resolved ("/usr/local/bin/subagent-supervisor"); empty when
 // /proc is not mounted.
@@ -48,9 +52,11 @@ bool in_build_tree(const fs::path& exe_dir) {
 
 struct Places {
   fs::path exe;                 // empty: /proc/self/exe unreadable
-  fs::path installed_child;     // <exe>/../libexec/subagent-supervisor/subagent-child
-  fs::path sibling_child;       // <exe>/subagent-child (a build tree)
-  fs::path installed_policies;  // <exe>/../share/subagent-supervisor/policies
+  fs::path installed_child;     // <bin>/../libexec/subagent-supervisor/subagent-child
+  fs::path sibling_child;       // <bin>/subagent-child (a build tree)
+  fs::path installed_core;      // <bin>/../libexec/subagent-supervisor/subagent-supervisor-core
+  fs::path sibling_core;        // <bin>/subagent-supervisor-core (a build tree)
+  fs::path installed_policies;  // <bin>/../share/subagent-supervisor/policies
   bool build_tree = false;
 };
 
@@ -58,12 +64,21 @@ Places places() {
   Places p;
   p.exe = self_executable();
   if (p.exe.empty()) return p;
-  const fs::path dir = p.exe.parent_path();
   // Lexical normalisation is exact here: /proc/self/exe has no symlinks and no "..".
-  p.installed_child = (dir / SUBAGENT_INSTALL_CHILD_REL / kChildName).lexically_normal();
-  p.sibling_child = dir / kChildName;
-  p.installed_policies = (dir / SUBAGENT_INSTALL_POLICY_REL).lexically_normal();
-  p.build_tree = in_build_tree(dir);
+  fs::path bin = p.exe.parent_path();
+  p.build_tree = in_build_tree(bin);
+  // An installed core (exec'd by bin/subagent-supervisor) lives beside the child: everything is found
+  // from that bin directory. A core anywhere else (a build tree's bin/, or copied on its own) looks
+  // from its own directory, as the full program it is.
+  const fs::path installed_bin = (bin / SUBAGENT_INSTALL_BIN_FROM_CHILD_REL).lexically_normal();
+  if (!p.build_tree && p.exe.filename() == kCoreName &&
+      (installed_bin / SUBAGENT_INSTALL_CHILD_REL).lexically_normal() == bin)
+    bin = installed_bin;
+  p.installed_child = (bin / SUBAGENT_INSTALL_CHILD_REL / kChildName).lexically_normal();
+  p.sibling_child = bin / kChildName;
+  p.installed_core = (bin / SUBAGENT_INSTALL_CHILD_REL / kCoreName).lexically_normal();
+  p.sibling_core = bin / kCoreName;
+  p.installed_policies = (bin / SUBAGENT_INSTALL_POLICY_REL).lexically_normal();
   return p;
 }
 
@@ -107,6 +122,22 @@ fs::path default_child_executable() {
   // left in its bin/ (by an older layout, or by hand) in place of the one installed with it.
   if (p.build_tree && executable_file(p.sibling_child)) return p.sibling_child;
   throw cli::SetupError("no child program (and no --child given). " + install_layout_report());
+}
+
+fs::path core_executable() {
+  const Places p = places();
+  if (p.exe.empty())
+    throw cli::SetupError(
+        std::string("/proc/self/exe cannot be read (is /proc mounted?), so this program cannot find ") + kCoreName +
+        ", which runs every command but sandbox and version");
+  if (executable_file(p.installed_core)) return p.installed_core;
+  if (p.build_tree && executable_file(p.sibling_core)) return p.sibling_core;  // as for the child
+  throw cli::SetupError(
+      std::string("no ") + kCoreName + ", which runs every command but sandbox and version: " + p.exe.string() +
+      " looks for it at " + p.installed_core.string() + " (missing)" +
+      (p.build_tree ? " or " + p.sibling_core.string() + " (missing, the build tree's)" : std::string()) +
+      ". To fix: install with `cmake --install BUILD_DIR --prefix PREFIX`, which puts it in place (README.md, "
+      "Install); a binary copied on its own has no core.");
 }
 
 fs::path default_policy_dir() {

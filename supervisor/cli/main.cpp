@@ -1,12 +1,20 @@
 // subagent-supervisor: runs AI child agents in kernel-enforced sandboxes with budgets enforced from outside.
+//
+// Built twice (supervisor/CMakeLists.txt). With SUBAGENT_LEAN_MAIN it is bin/subagent-supervisor, which
+// links only the sandbox command (no libcurl and its thirty libraries to map at every start) and
+// execv()s subagent-supervisor-core for every other command: the same pid (a parent's signals still
+// reach it), argv and environment. Without it, it is that core, which runs every command.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "sandbox/protect.hpp"
-#include "records/audit.hpp"
 #include "cli/cli.hpp"
+#include "cli/install_layout.hpp"
 
 namespace {
 
@@ -30,11 +38,39 @@ file each; see policies/README.md.
 The child protocol and the envelope are specified in protocol/README.md.
 )";
 
+// The commands only the core has.
+constexpr const char* kCoreCommands[] = {"run", "serve", "mcp", "apply", "policy", "audit"};
+
+#ifdef SUBAGENT_LEAN_MAIN
+// Replaces this process with the core; returns only when that failed (the reason is printed).
+int exec_core(const std::string& cmd, char** argv) {
+  try {
+    const std::string core = supervisor::core_executable().string();
+    ::execv(core.c_str(), argv);
+    const int err = errno;
+    std::fprintf(stderr, "subagent-supervisor %s: cannot execute %s: %s\n", cmd.c_str(), core.c_str(),
+                 std::strerror(err));
+  } catch (const supervisor::cli::SetupError& e) {
+    std::fprintf(stderr, "subagent-supervisor %s: %s\n", cmd.c_str(), e.what());
+  }
+  return supervisor::cli::kSetupError;
+}
+#else
+int run_core_command(const std::string& cmd, supervisor::cli::Args rest) {
+  if (cmd == "run") return supervisor::cli::cmd_run(std::move(rest));
+  if (cmd == "policy") return supervisor::cli::cmd_policy(std::move(rest));
+  if (cmd == "serve") return supervisor::cli::cmd_serve(std::move(rest));
+  if (cmd == "mcp") return supervisor::cli::cmd_mcp(std::move(rest));
+  if (cmd == "apply") return supervisor::cli::cmd_apply(std::move(rest));
+  return supervisor::cli::cmd_audit(std::move(rest));
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // The supervisor holds the API keys and answers approvals: same-uid children must not read its
-  // memory or environment through /proc.
+  // memory or environment through /proc. The core calls it again: execve resets dumpability.
   sandbox::protect_self();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -44,15 +80,17 @@ int main(int argc, char** argv) {
     return args.empty() ? supervisor::cli::kUsageError : 0;
   }
   const std::string cmd = args[0];
+  bool core_command = false;
+  for (const char* c : kCoreCommands) core_command |= cmd == c;
+#ifdef SUBAGENT_LEAN_MAIN
+  if (core_command) return exec_core(cmd, argv);
+#endif
   supervisor::cli::Args rest(std::vector<std::string>(args.begin() + 1, args.end()));
   try {
-    if (cmd == "run") return supervisor::cli::cmd_run(std::move(rest));
+#ifndef SUBAGENT_LEAN_MAIN
+    if (core_command) return run_core_command(cmd, std::move(rest));
+#endif
     if (cmd == "sandbox") return supervisor::cli::cmd_sandbox(std::move(rest));
-    if (cmd == "policy") return supervisor::cli::cmd_policy(std::move(rest));
-    if (cmd == "serve") return supervisor::cli::cmd_serve(std::move(rest));
-    if (cmd == "mcp") return supervisor::cli::cmd_mcp(std::move(rest));
-    if (cmd == "apply") return supervisor::cli::cmd_apply(std::move(rest));
-    if (cmd == "audit") return supervisor::cli::cmd_audit(std::move(rest));
     if (cmd == "version" || cmd == "--version") {
       std::printf("subagent-supervisor %s (protocol 1)\n", SUBAGENT_VERSION);
       return 0;

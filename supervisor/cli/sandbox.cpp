@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -281,19 +282,25 @@ int cmd_sandbox(Args args) {
 
   sandbox::Child child;
   try {
-    sandbox::PlanPtr plan = sandbox::prepare(preset.sandbox, req);
-    for (const auto& l : sandbox::layers(*plan)) {
-      if (!l.applied)
-        std::fprintf(stderr, "subagent-supervisor sandbox: layer %s is not applied: %s\n", l.name.c_str(),
-                     l.detail.c_str());
-      else if (verbose)
-        std::fprintf(stderr, "subagent-supervisor sandbox: layer %s: %s\n", l.name.c_str(), l.detail.c_str());
-    }
-    struct sigaction sa {};
-    sa.sa_handler = forward_signal;
-    ::sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
-    child = sandbox::launch(*plan);
+    // Each plan's layers, before its launch; a plan made again after the kernel refused a namespace
+    // it was assumed to grant (sandbox::NamespaceRefusedError) adds only what changed.
+    std::vector<std::string> reported;
+    auto report = [&](const sandbox::Plan& plan) {
+      for (const auto& l : sandbox::layers(plan)) {
+        if (l.applied && !verbose) continue;
+        std::string line =
+            "subagent-supervisor sandbox: layer " + l.name + (l.applied ? ": " : " is not applied: ") + l.detail + "\n";
+        if (std::find(reported.begin(), reported.end(), line) != reported.end()) continue;
+        std::fputs(line.c_str(), stderr);
+        reported.push_back(std::move(line));
+      }
+      struct sigaction sa {};
+      sa.sa_handler = forward_signal;
+      ::sigemptyset(&sa.sa_mask);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
+    };
+    sandbox::Launched launched = sandbox::prepare_and_launch(preset.sandbox, req, report);
+    child = std::move(launched.child);
     // CMD may run, and be signalled, before launch returns: a signal kept meanwhile is passed on
     // now (one that comes after g_child is set is passed on by the handler itself).
     g_child = child.pid;

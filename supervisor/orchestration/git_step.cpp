@@ -134,8 +134,7 @@ GitResult launch_git(const GitStep& s, const std::vector<std::string>& argv) {
   req.stderr_fd = err_w.fd;
   sandbox::Child child;
   try {
-    sandbox::PlanPtr plan = sandbox::prepare(git_policy(s), req);
-    child = sandbox::launch(*plan);
+    child = sandbox::prepare_and_launch(git_policy(s), req).child;
   } catch (const std::exception& e) {
     throw std::runtime_error(s.what + ": could not start git in its sandbox: " + e.what());
   }

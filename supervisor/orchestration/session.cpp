@@ -201,12 +201,24 @@ void ChildSession::start(DoneHandler on_done) {
     start_failed(e.what());
     return;
   }
+  launch_request_ = std::make_shared<const sandbox::LaunchRequest>(std::move(req));
+  prepare_launch(std::move(pipes));
+}
+
+void ChildSession::prepare_launch(std::shared_ptr<StartPipes> pipes) {
   // The session's state stays on the loop: the worker gets the (immutable) preset and the request.
   jobs_.run(
-      io_, [preset = cfg_.preset, req = std::move(req)] { return sandbox::prepare(preset->sandbox, req); },
+      io_, [preset = cfg_.preset, req = launch_request_] { return sandbox::prepare(preset->sandbox, *req); },
       [self = shared_from_this(), pipes](Outcome<sandbox::PlanPtr> plan) {
         self->launch_prepared(std::move(plan), pipes);
       });
+}
+
+void ChildSession::launch_refused(const std::string& why, std::shared_ptr<StartPipes> pipes) {
+  // The child died before its exec: its copies of the pipes are closed, the session's are as new.
+  if (prepared_again_) return start_failed(why);
+  prepared_again_ = true;
+  prepare_launch(std::move(pipes));
 }
 
 void ChildSession::start_failed(const std::string& why) {
@@ -230,11 +242,18 @@ void ChildSession::launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_p
   }
   try {
     plan_ = std::move(*plan.value);
+    layers_applied_.clear();
+    layers_missing_.clear();
     for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
     pending_.emplace(sandbox::start(*plan_));
     const int status_fd = ::fcntl(pending_->status_fd(), F_DUPFD_CLOEXEC, 0);
     if (status_fd < 0) throw std::system_error(errno, std::generic_category(), "dup of the launch's status pipe");
     exec_status_.assign(status_fd);
+  } catch (const sandbox::NamespaceRefusedError& e) {
+    pending_.reset();
+    plan_.reset();
+    launch_refused(e.what(), std::move(pipes));
+    return;
   } catch (const std::exception& e) {
     pending_.reset();  // kills and reaps a child that was cloned
     plan_.reset();
@@ -262,6 +281,10 @@ void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
   std::optional<sandbox::Child> child;
   try {
     child = pending_->finish();
+  } catch (const sandbox::NamespaceRefusedError& e) {
+    over();
+    launch_refused(e.what(), std::move(pipes));
+    return;
   } catch (const std::exception& e) {
     over();
     start_failed(e.what());

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -39,6 +40,17 @@ class ExecError : public SandboxError {
  public:
   ExecError(const std::string& what, int error) : SandboxError(what), error(error) {}
   int error;
+};
+
+// The kernel refused a namespace at the launch's clone, or the child's own procfs, which prepare()
+// had assumed without probing (a probe costs a fork per namespace type at every start; the clone
+// itself answers instead). Nothing of the target ran; the child, if any, is killed and reaped. The
+// refusal is recorded for this process: prepare() again probes and plans exactly what the kernel
+// grants (a refused layer reported as missing, a required one refused), and that plan's launch
+// never throws this. prepare_and_launch() does that retry; start()'s callers do it themselves.
+class NamespaceRefusedError : public SandboxError {
+ public:
+  using SandboxError::SandboxError;
 };
 
 struct LaunchRequest {
@@ -137,7 +149,8 @@ class [[nodiscard]] PendingLaunch {
 // from the thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread*
 // exits): in the supervisor that is the event-loop thread. Throws SandboxError when a pipe or the
 // clone itself fails, or when the parent's part of the setup (id maps, cgroup, the new root's
-// clones) does; the child is then killed and reaped.
+// clones) does; the child is then killed and reaped. NamespaceRefusedError (from start() or
+// finish()): prepare again and start that plan instead.
 PendingLaunch start(const Plan& plan);
 
 // start() and finish() until the exec: blocks until the child has exec'd (or failed a step: then
@@ -147,6 +160,17 @@ PendingLaunch start(const Plan& plan);
 // descendant; note that PID 1 ignores signals it has no handler for, except SIGKILL and SIGSTOP
 // (send SIGKILL, or SIGTERM to a child that handles it).
 Child launch(const Plan& plan);
+
+// prepare() and launch(), and both once more after a NamespaceRefusedError (see there): the one
+// way to launch a policy in one go. on_plan, when given, sees each plan before its launch (e.g. to
+// report its layers); the plan returned is the one the child runs under. Throws what prepare() and
+// launch() throw.
+struct Launched {
+  PlanPtr plan;
+  Child child;
+};
+Launched prepare_and_launch(const Policy& policy, const LaunchRequest& request,
+                            const std::function<void(const Plan&)>& on_plan = {});
 
 // After the caller reaped the child: removes its per-launch cgroup (if any). Never throws.
 void release(const Child& child) noexcept;

@@ -156,8 +156,12 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   // Ends a session that never ran a child: status failed with `reason`, finished on the next turn.
   void refuse_start(const std::string& reason);
   struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
+  // Off the loop: sandbox::prepare of launch_request_, then launch_prepared() on the loop.
+  void prepare_launch(std::shared_ptr<StartPipes> pipes);
   // On the loop: clones the child (sandbox::start) and waits, without blocking, for its exec.
   void launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes);
+  // A sandbox::NamespaceRefusedError: prepares once more (that plan probes), else the launch fails.
+  void launch_refused(const std::string& why, std::shared_ptr<StartPipes> pipes);
   void await_exec(std::shared_ptr<StartPipes> pipes);
   void on_exec_status(std::shared_ptr<StartPipes> pipes);
   void finish();
@@ -184,9 +188,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   boost::asio::steady_timer rewait_;
   pid_t pid_ = -1;
   sandbox::Child launched_;
-  sandbox::PlanPtr plan_;                              // kept while the launch is pending
-  std::optional<sandbox::PendingLaunch> pending_;      // between sandbox::start and the exec
-  boost::asio::posix::stream_descriptor exec_status_;  // a dup of pending_'s status pipe
+  std::shared_ptr<const sandbox::LaunchRequest> launch_request_;  // kept for a second prepare
+  bool prepared_again_ = false;                                   // after a NamespaceRefusedError
+  sandbox::PlanPtr plan_;                                         // kept while the launch is pending
+  std::optional<sandbox::PendingLaunch> pending_;                 // between sandbox::start and the exec
+  boost::asio::posix::stream_descriptor exec_status_;             // a dup of pending_'s status pipe
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
   std::array<char, 65536> read_buf_{};
   std::array<char, 8192> err_buf_{};
