@@ -63,6 +63,9 @@ struct Env {
   fs::path bin_dir;
   fs::path subagent_child, subagent_child_static, bench_child, tool_runner;
   std::shared_ptr<const supervisor::Preset> explore;
+  // The enforcement benchmark's stubborn child forks a grandchild, which explore's seccomp allowlist
+  // refuses (no process group): it runs under worker, whose tree is what a kill has to end.
+  std::shared_ptr<const supervisor::Preset> worker;
   fs::path workspace;  // a small read-only workspace
   std::string bwrap, rg;
   std::vector<std::string> child_env;  // what the sandbox gives the child, for the raw variants
@@ -783,13 +786,21 @@ struct Enforced {
   double kill_late_us = 0;
 };
 
-Enforced deadline_once(asio::io_context &io, const Env &env, std::uint64_t timeout_ms, std::uint64_t grace_ms) {
+SessionConfig stubborn_config(const Env &env) {
   SessionConfig cfg = session_config(env, env.bench_child, {"stubborn"});
+  cfg.preset = env.worker;
+  cfg.budgets = env.worker->budgets;
+  return cfg;
+}
+
+Enforced deadline_once(asio::io_context &io, const Env &env, std::uint64_t timeout_ms, std::uint64_t grace_ms) {
+  SessionConfig cfg = stubborn_config(env);
   cfg.budgets.timeout_ms = timeout_ms;
   cfg.budgets.wrap_up_grace_ms = grace_ms;
   Clock::time_point started, killed, enveloped;
   bool done = false;
   proto::Status status{};
+  std::string reason;
   cfg.on_event = [&](const json &e) {
     if (e["event"] == "started")
       started = Clock::now();
@@ -800,16 +811,19 @@ Enforced deadline_once(asio::io_context &io, const Env &env, std::uint64_t timeo
   s->start([&](const proto::Envelope &e) {
     enveloped = Clock::now();
     status = e.status;
+    reason = e.reason;
     done = true;
   });
   run_until(io, [&] { return done; });
-  if (status != proto::Status::timeout) throw std::runtime_error("enforcement: expected a timeout");
+  if (status != proto::Status::timeout)
+    throw std::runtime_error("enforcement: expected a timeout, got " + std::string(proto::to_string(status)) + ": " +
+                             reason);
   const auto due = started + std::chrono::milliseconds(timeout_ms + grace_ms);
   return {us_between(due, enveloped), us_between(due, killed)};
 }
 
 double cancel_once(asio::io_context &io, const Env &env) {
-  SessionConfig cfg = session_config(env, env.bench_child, {"stubborn"});
+  SessionConfig cfg = stubborn_config(env);
   bool hello = false, done = false;
   Clock::time_point enveloped;
   cfg.on_event = [&](const json &e) {
@@ -846,7 +860,7 @@ double kill_floor_once(const Env &env) {
   req.stdin_fd = null;
   req.stdout_fd = out.write;
   req.stderr_fd = null;
-  sandbox::PlanPtr plan = sandbox::prepare(env.explore->sandbox, req);
+  sandbox::PlanPtr plan = sandbox::prepare(env.worker->sandbox, req);
   sandbox::Child c = sandbox::launch(*plan);
   ::close(null);
   out.close_write();  // from here, EOF on stdout means the whole tree is gone
@@ -1438,6 +1452,8 @@ int main(int argc, char **argv) {
     env.tool_runner = env.bin_dir / "bench_tool_runner";
     env.explore = std::make_shared<supervisor::Preset>(
         supervisor::load_preset("explore", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
+    env.worker = std::make_shared<supervisor::Preset>(
+        supervisor::load_preset("worker", fs::path(SUBAGENT_SOURCE_DIR) / "policies"));
     env.bwrap = which("bwrap");
     env.rg = which("rg");
     char ws[] = "/tmp/subagent-bench-ws-XXXXXX";
