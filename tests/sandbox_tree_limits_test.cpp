@@ -239,6 +239,9 @@ TEST_CASE("the child joins a per-launch cgroup for pids, memory and cpu, removed
   sandbox_test::TempDir ws;
   auto policy = sandbox_test::explore_policy();
   policy.tree_limits = {96, 30};
+  // tree_cpu forks its burner: without the process group explore's allowlist refuses the fork, the
+  // child exits at once, and the checks below raced its exit (a zombie is in no cgroup.procs).
+  policy.syscall_groups.push_back("process");
   auto req = sandbox_test::request_for(ws.path, {});
   req.executable = kHostile;
   req.argv = {kHostile, "tree_cpu", "1", "10"};  // alive until killed below
@@ -249,6 +252,9 @@ TEST_CASE("the child joins a per-launch cgroup for pids, memory and cpu, removed
   sandbox::Child child = sandbox::launch(*plan);
   ::close(sync[1]);
   REQUIRE(child.cgroups.size() == 3);
+  siginfo_t early{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(child.pid), &early, WEXITED | WNOHANG | WNOWAIT) == 0);
+  REQUIRE_MESSAGE(early.si_pid == 0, "the child exited before the checks (status " << early.si_status << ")");
   std::string cgroup_file = test::slurp("/proc/" + std::to_string(child.pid) + "/cgroup");
   for (const std::string& dir : child.cgroups) {
     INFO(dir << "\n" << cgroup_file);
