@@ -1520,8 +1520,8 @@ int main(int argc, char **argv) {
     const std::string load_at_end = first_line_with("/proc/loadavg", "");
     const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
     const double load_limit = 1.5 * static_cast<double>(cpus);
-    const double worst_load = std::atof(load_at_start.c_str());
-    const bool recordable = worst_load <= load_limit;
+    const double start_load = std::atof(load_at_start.c_str());
+    const bool recordable = start_load <= load_limit;
     json summary = {{"machine",
                      {{"nproc", cpus},
                       {"cpu", first_line_with("/proc/cpuinfo", "model name")},
@@ -1540,7 +1540,7 @@ int main(int argc, char **argv) {
       std::printf(
           "NOT FOR RECORDING: the 1-minute load at the start was %.2f, above %.1f (1.5 per CPU); rerun on a quiet "
           "machine (bench/README.md, \"Recording rule\")\n",
-          worst_load, load_limit);
+          start_load, load_limit);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "subagent_bench: %s\n", e.what());
     return 1;

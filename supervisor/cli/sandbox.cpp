@@ -294,11 +294,12 @@ int cmd_sandbox(Args args) {
         std::fputs(line.c_str(), stderr);
         reported.push_back(std::move(line));
       }
-      struct sigaction sa {};
-      sa.sa_handler = forward_signal;
-      ::sigemptyset(&sa.sa_mask);
-      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
     };
+    // Once, before the first launch: a signal that comes before launch returns is kept for then.
+    struct sigaction sa {};
+    sa.sa_handler = forward_signal;
+    ::sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) ::sigaction(sig, &sa, nullptr);
     sandbox::Launched launched = sandbox::prepare_and_launch(preset.sandbox, req, report);
     child = std::move(launched.child);
     // CMD may run, and be signalled, before launch returns: a signal kept meanwhile is passed on

@@ -47,6 +47,10 @@ void ChildSession::on_readable(boost::system::error_code ec) {
 void ChildSession::consume(std::string_view chunk) {
   frames_.clear();
   reader_.feed(chunk, frames_);
+  handle_frames();
+}
+
+void ChildSession::handle_frames() {
   for (auto& f : frames_) {
     if (state_ == State::finishing || state_ == State::done) break;
     handle_frame(f);
@@ -55,11 +59,8 @@ void ChildSession::consume(std::string_view chunk) {
 
 void ChildSession::on_read_end(boost::system::error_code) {
   frames_.clear();
-  reader_.finish(frames_);
-  for (auto& f : frames_) {
-    if (state_ == State::finishing || state_ == State::done) break;
-    handle_frame(f);
-  }
+  reader_.finish(frames_);  // a line the child left unterminated
+  handle_frames();
   stdout_eof_ = true;
   boost::system::error_code ignored;
   from_child_.close(ignored);

@@ -119,6 +119,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void do_read();
   void on_readable(boost::system::error_code ec);
   void consume(std::string_view chunk);
+  void handle_frames();  // frames_, in order, until the session is finishing
   void on_read_end(boost::system::error_code ec);
   void do_read_stderr();
   void wait_exit();
