@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -232,23 +233,74 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   // plan.
   const auto bpf = sandbox::compile_seccomp(env.explore->sandbox);
   sock_fprog prog{static_cast<unsigned short>(bpf.size()), const_cast<sock_filter *>(bpf.data())};
+  const std::string home = sandbox::kHomePath;
   auto substitute = [&](std::vector<std::string> v) {
     std::vector<std::string> out;
     for (auto &p : v) {
-      for (auto [key, value] :
-           {std::pair<std::string, std::string>{"${workspace}", env.workspace.string()}, {"${child}", exe}}) {
+      for (auto [key, value] : {std::pair<std::string, std::string>{"${workspace}", env.workspace.string()},
+                                {"${child}", exe},
+                                {"${home}", home}}) {
         auto pos = p.find(key);
         if (pos != std::string::npos) p.replace(pos, key.size(), value);
       }
-      out.push_back(p);
+      if (p.find("${") == std::string::npos) out.push_back(p);  // ${interpreter}: none for a binary
     }
     return out;
   };
-  const auto read_paths = substitute(env.explore->sandbox.read_paths);
-  const auto exec_paths = substitute(env.explore->sandbox.exec_paths);
-  std::vector<const char *> rp, ep;
+  auto read_paths = substitute(env.explore->sandbox.read_paths);
+  auto exec_paths = substitute(env.explore->sandbox.exec_paths);
+  // The new root, from the same paths: a top-level symlink (/lib -> usr/lib) is made as a link, the
+  // home is a tmpfs, anything else a read-only clone of its canonical path (once, outermost first).
+  std::vector<std::string> binds, links, link_targets;
+  {
+    std::vector<std::string> all = read_paths;
+    all.insert(all.end(), exec_paths.begin(), exec_paths.end());
+    std::vector<std::string> canonical;
+    for (const auto &p : all) {
+      if (p == home) continue;
+      std::error_code ec;
+      if (fs::is_symlink(p, ec) && fs::path(p).parent_path() == "/") {
+        if (std::find(links.begin(), links.end(), p) == links.end()) {
+          links.push_back(p);
+          link_targets.push_back(fs::read_symlink(p).string());
+        }
+        continue;
+      }
+      const auto c = fs::canonical(p, ec);
+      if (!ec) canonical.push_back(c.string());
+    }
+    std::sort(canonical.begin(), canonical.end());
+    for (const auto &c : canonical) {
+      const bool covered = std::any_of(binds.begin(), binds.end(), [&](const std::string &b) {
+        return c == b || (c.size() > b.size() && c.compare(0, b.size(), b) == 0 && c[b.size()] == '/');
+      });
+      if (!covered) binds.push_back(c);
+    }
+  }
+  // Landlock rules name the paths the child sees: the home's rule is added in the child.
+  std::erase(read_paths, home);
+  std::vector<const char *> rp, ep, bp, lp, lt;
   for (const auto &p : read_paths) rp.push_back(p.c_str());
   for (const auto &p : exec_paths) ep.push_back(p.c_str());
+  for (const auto &p : binds) bp.push_back(p.c_str());
+  for (const auto &p : links) lp.push_back(p.c_str());
+  for (const auto &p : link_targets) lt.push_back(p.c_str());
+  // The per-launch cgroups, as the supervisor makes them as root: a v1 hierarchy per controller.
+  auto v1_hierarchy = [](const std::string &controller) -> std::string {
+    if (::geteuid() != 0) return "";
+    std::ifstream mounts("/proc/self/mounts");
+    std::string dev, dir, type, opts, rest;
+    while (mounts >> dev >> dir >> type >> opts && std::getline(mounts, rest)) {
+      if (type != "cgroup") continue;
+      std::stringstream ss(opts);
+      for (std::string option; std::getline(ss, option, ',');)
+        if (option == controller) return dir;
+    }
+    return "";
+  };
+  const std::string cg_pids = v1_hierarchy("pids"), cg_memory = v1_hierarchy("memory"), cg_cpu = v1_hierarchy("cpu");
+  std::printf("  min_c: %zu read-only clones, %zu links, home, /proc; cgroups v1:%s%s%s\n", binds.size(), links.size(),
+              cg_pids.empty() ? "" : " pids", cg_memory.empty() ? "" : " memory", cg_cpu.empty() ? "" : " cpu");
   std::vector<std::string> argv_store = {exe};
   std::vector<char *> argv = {argv_store[0].data(), nullptr};
   std::vector<std::string> env_store = env.child_env;
@@ -256,6 +308,8 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   for (auto &e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
   const auto &rl = env.explore->sandbox.rlimits;
+  const auto &tl = env.explore->sandbox.tree_limits;
+  min_launch_state min_state{};
   auto min_c = [&](int in, int out, int err) {
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     min_launch cfg{};
@@ -267,6 +321,12 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
     cfg.n_read = static_cast<int>(rp.size());
     cfg.exec_paths = ep.data();
     cfg.n_exec = static_cast<int>(ep.size());
+    cfg.binds = bp.data();
+    cfg.n_binds = static_cast<int>(bp.size());
+    cfg.links = lp.data();
+    cfg.link_targets = lt.data();
+    cfg.n_links = static_cast<int>(lp.size());
+    cfg.home = home.c_str();
     cfg.filter = &prog;
     cfg.stdio[0] = in;
     cfg.stdio[1] = out;
@@ -274,7 +334,13 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
     cfg.as_bytes = rl.address_space_mb << 20;
     cfg.cpu_seconds = rl.cpu_seconds;
     cfg.open_files = rl.open_files;
-    pid_t pid = min_launch_start(&cfg);
+    cfg.processes = rl.processes;
+    cfg.cgroup_pids = cg_pids.empty() ? nullptr : cg_pids.c_str();
+    cfg.cgroup_memory = cg_memory.empty() || tl.memory_mb == 0 ? nullptr : cg_memory.c_str();
+    cfg.cgroup_cpu = cg_cpu.empty() || tl.cpu_percent == 0 ? nullptr : cg_cpu.c_str();
+    cfg.memory_bytes = static_cast<unsigned long>(tl.memory_mb) << 20;
+    cfg.cpu_quota_us = static_cast<unsigned long>(tl.cpu_percent) * 1000;
+    pid_t pid = min_launch_start(&cfg, &min_state);
     ::close(null);
     return pid;
   };
@@ -336,7 +402,12 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
       {"supervisor", [&] { return spawn_session(io, env, env.subagent_child, &ph); }},
       {"launch_only", launch_variant},
       {"bare", [&] { return spawn_raw(bare(exe), welcome, nullptr, &ph); }},
-      {"min_c", [&] { return spawn_raw(min_c, welcome, nullptr, &ph); }},
+      {"min_c",
+       [&] {
+         const double t = spawn_raw(min_c, welcome, nullptr, &ph);
+         min_launch_cleanup(&min_state);  // after the reap, untimed like the supervisor's teardown
+         return t;
+       }},
   };
   const bool have_static = fs::exists(env.subagent_child_static);
   if (have_static) {
