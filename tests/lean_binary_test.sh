@@ -15,6 +15,14 @@ needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 lean=$(needed "$bin/subagent-supervisor") || fail "readelf -d $bin/subagent-supervisor failed"
 echo "$lean" | grep -E 'libcurl|libgumbo|libre2|libboost|libnghttp|libssh|libidn|libldap' &&
   fail "bin/subagent-supervisor needs the libraries above, which the sandbox command does not use"
+# Linked static-pie (SUBAGENT_STATIC_LEAN) it names no library at all: then its symbol table must
+# hold none of those libraries' code either.
+if [ -z "$lean" ] && nm "$bin/subagent-supervisor" >/dev/null 2>&1; then
+  nm "$bin/subagent-supervisor" | grep -E ' [TtWw] (curl_|gumbo_|_ZN3re2|_ZN5boost4asio)' | head -3 | grep . &&
+    fail "the static bin/subagent-supervisor holds the code above, which the sandbox command does not use"
+  nm "$bin/subagent-supervisor-core" | grep -q ' [TtWwU] curl_easy_init' ||
+    fail "bin/subagent-supervisor-core has no curl_easy_init symbol: the check above would not see one either"
+fi
 needed "$bin/subagent-supervisor-core" | grep -q libcurl ||
   fail "bin/subagent-supervisor-core does not name libcurl: this check would not see it either"
 
