@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "orchestration/offload.hpp"
@@ -446,6 +447,51 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
   ApplyResult rb = apply_patch(f.state.path(), b);
   CHECK(rb.ok);
   CHECK(test::slurp(f.ws.path() / "src/b.txt") == "BETA\n");
+}
+
+TEST_CASE("worktrees of one repository made and removed on many threads at once all work") {
+  // git's own `worktree add` reads every other worktree's admin directory, and `worktree prune`
+  // removes one whose gitdir file is not written yet: without the repository lock in workspace.cpp
+  // this failed with "failed to read .../commondir" (seen in the spawn-load benchmark).
+  test::TempDir ws, state;
+  auto git = [&](const std::string& args) {
+    return test::run({"/bin/sh", "-c", "git -c user.name=t -c user.email=t@t " + args}, "", ws.path());
+  };
+  REQUIRE(git("init -q").code == 0);
+  for (int i = 0; i < 50; ++i) ws.write("src/f" + std::to_string(i) + ".txt", "x\n");
+  REQUIRE(git("add -A").code == 0);
+  REQUIRE(git("commit -qm base").code == 0);
+  constexpr int kThreads = 8, kRounds = 5;
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  int made = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const std::string id = "wt" + std::to_string(t) + "r" + std::to_string(r);
+        try {
+          Worktree wt = create_worktree(ws.path(), state.path(), id);
+          const bool ok = fs::exists(wt.path / "src/f0.txt") && fs::exists(wt.git_dir / "commondir");
+          remove_worktree(wt);
+          std::lock_guard lock(mutex);
+          if (ok)
+            ++made;
+          else
+            errors.push_back(id + ": the worktree is incomplete");
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          errors.push_back(id + ": " + e.what());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) MESSAGE(e);
+  CHECK(errors.empty());
+  CHECK(made == kThreads * kRounds);
+  // Every worktree was removed, and the repository forgot them all.
+  CHECK(git("worktree list --porcelain").out.find("wt") == std::string::npos);
 }
 
 TEST_CASE("a stale patch is reported, not forced") {

@@ -303,6 +303,38 @@ std::string hooks_path_inside(const fs::path& workspace) {
 
 // --- worktrees and patches ---
 
+namespace {
+
+// `git worktree add` and `git worktree prune` of one repository must not overlap: an add reads
+// every other worktree's admin directory (it fails on one that another add is still writing:
+// "failed to read .../commondir"), and a prune removes one whose `gitdir` file is not written yet.
+// The hub creates and removes worktrees on several worker threads, and other supervisors may use
+// the same repository, so the lock is flock(2) on the repository's common git directory: each
+// holder opens its own description, which excludes threads and processes alike, and the kernel
+// drops it with the holder.
+class RepositoryLock {
+ public:
+  explicit RepositoryLock(const fs::path& common_dir)
+      : fd_(::open(common_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ < 0)
+      throw std::runtime_error("cannot open " + common_dir.string() + " to lock it: " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd_);
+      throw std::runtime_error("cannot lock " + common_dir.string() + ": " + std::strerror(err));
+    }
+  }
+  RepositoryLock(const RepositoryLock&) = delete;
+  RepositoryLock& operator=(const RepositoryLock&) = delete;
+  ~RepositoryLock() { ::close(fd_); }  // releases the lock
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
 Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const std::string& id) {
   Worktree wt;
   wt.source = workspace;
@@ -337,7 +369,10 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
     add.work_tree = top;
     add.args = {"worktree", "add", "--detach", "--quiet", wt.top.string(), wt.base};
     add.write = {wt.git_common_dir, wt.top.parent_path()};
-    must_git(add);
+    {
+      RepositoryLock lock(wt.git_common_dir);
+      must_git(add);
+    }
     wt.git_dir = gitdir_of_file(wt.top / ".git");
     // The child's workspace is the worktree's copy of the directory it was given.
     fs::path rel = fs::relative(workspace, top);
@@ -557,6 +592,7 @@ void remove_worktree(const Worktree& wt) noexcept {
       prune.work_tree = wt.source_top;
       prune.args = {"worktree", "prune"};
       prune.write = {wt.git_common_dir};
+      RepositoryLock lock(wt.git_common_dir);
       (void)run_git(prune);
     }
   } catch (...) {
