@@ -115,17 +115,21 @@ void min_launch_cleanup(struct min_launch_state *state) {
 
 /* ---- child ---- */
 
-/* The init's own filter: what its loop needs, anything else kills it. */
+/* The init's own filter: what its loop needs (the supervisor's init allows the same seven:
+ * restart_syscall after a stop, write for its status record), anything else kills it. */
 static const struct sock_filter init_filter[] = {
     BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
     BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rt_sigtimedwait, 5, 0),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_wait4, 4, 0),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_kill, 3, 0),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 2, 0),
-    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_close, 1, 0),
+    /* each match jumps over the checks after it and the KILL, to the ALLOW */
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rt_sigtimedwait, 7, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_wait4, 6, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_kill, 5, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 4, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_close, 3, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 2, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_restart_syscall, 1, 0),
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 };
