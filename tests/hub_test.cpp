@@ -3,6 +3,8 @@
 #include "orchestration/hub.hpp"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -453,7 +456,7 @@ TEST_CASE("worktrees of one repository made and removed on many threads at once 
   // git's own `worktree add` reads every other worktree's admin directory, and `worktree prune`
   // removes one whose gitdir file is not written yet: without the repository lock in workspace.cpp
   // this failed with "failed to read .../commondir" (seen in the spawn-load benchmark).
-  test::TempDir ws, state;
+  test::TempDir ws, state, locks;
   auto git = [&](const std::string& args) {
     return test::run({"/bin/sh", "-c", "git -c user.name=t -c user.email=t@t " + args}, "", ws.path());
   };
@@ -471,7 +474,7 @@ TEST_CASE("worktrees of one repository made and removed on many threads at once 
       for (int r = 0; r < kRounds; ++r) {
         const std::string id = "wt" + std::to_string(t) + "r" + std::to_string(r);
         try {
-          Worktree wt = create_worktree(ws.path(), state.path(), id);
+          Worktree wt = create_worktree(ws.path(), state.path(), locks.path(), id);
           const bool ok = fs::exists(wt.path / "src/f0.txt") && fs::exists(wt.git_dir / "commondir");
           remove_worktree(wt);
           std::lock_guard lock(mutex);
@@ -492,6 +495,38 @@ TEST_CASE("worktrees of one repository made and removed on many threads at once 
   CHECK(made == kThreads * kRounds);
   // Every worktree was removed, and the repository forgot them all.
   CHECK(git("worktree list --porcelain").out.find("wt") == std::string::npos);
+}
+
+TEST_CASE("a child holding a lock on the repository's .git does not stall worktree creation") {
+  // Any child that can read the repository can flock(2) its .git (the base syscall group allows
+  // flock; `subagent-supervisor sandbox --preset worker -- flock .git sleep 60` does it). The
+  // supervisor's own lock is a file in its lock directory, which no child can reach.
+  test::TempDir ws, state, locks;
+  auto git = [&](const std::string& args) {
+    return test::run({"/bin/sh", "-c", "git -c user.name=t -c user.email=t@t " + args}, "", ws.path());
+  };
+  REQUIRE(git("init -q").code == 0);
+  ws.write("a.txt", "a\n");
+  REQUIRE(git("add -A").code == 0);
+  REQUIRE(git("commit -qm base").code == 0);
+  const int held = ::open((ws.path() / ".git").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX | LOCK_NB) == 0);
+  // The twin: the lock is real, another description cannot take it.
+  const int other = ::open((ws.path() / ".git").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(other >= 0);
+  CHECK(::flock(other, LOCK_EX | LOCK_NB) != 0);
+  ::close(other);
+  auto made = std::async(std::launch::async, [&] {
+    Worktree wt = create_worktree(ws.path(), state.path(), locks.path(), "held1");
+    const bool ok = fs::exists(wt.path / "a.txt");
+    remove_worktree(wt);
+    return ok;
+  });
+  const bool finished = made.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ::close(held);  // lets a stalled creation finish, so that the test ends either way
+  CHECK_MESSAGE(finished, "create_worktree waited for the lock a child held on .git");
+  CHECK(made.get());
 }
 
 TEST_CASE("a stale patch is reported, not forced") {

@@ -65,7 +65,7 @@ protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, co
 // On a worker: the later-execution scan of a locked workspace and the isolated worktree. Touches
 // only its arguments.
 detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& workspace, std::vector<std::string> later,
-                                const fs::path& state_dir, const std::string& id) {
+                                const fs::path& state_dir, const fs::path& lock_dir, const std::string& id) {
   detail::StartPrep p;
   if (locked) {
     try {
@@ -87,7 +87,7 @@ detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& work
   }
   if (worktree) {
     try {
-      p.worktree = create_worktree(workspace, state_dir, id);
+      p.worktree = create_worktree(workspace, state_dir, lock_dir, id);
     } catch (const std::exception& e) {
       p.error = std::string("could not create an isolated worktree: ") + e.what();
     }
@@ -283,8 +283,8 @@ bool Hub::try_start(Child& c) {
   jobs_.run(
       io_,
       [locked, worktree, workspace = c.req.workspace, later = c.preset->writes.later_execution,
-       state_dir = cfg_.workspaces.state_dir,
-       id = c.id] { return prepare_start(locked, worktree, workspace, later, state_dir, id); },
+       state_dir = cfg_.workspaces.state_dir, lock_dir = cfg_.workspaces.lock_dir,
+       id = c.id] { return prepare_start(locked, worktree, workspace, later, state_dir, lock_dir, id); },
       [this, id = c.id](Outcome<detail::StartPrep> r) {
         auto it = children_.find(id);
         if (it == children_.end()) return;

@@ -309,20 +309,20 @@ namespace {
 // every other worktree's admin directory (it fails on one that another add is still writing:
 // "failed to read .../commondir"), and a prune removes one whose `gitdir` file is not written yet.
 // The hub creates and removes worktrees on several worker threads, and other supervisors may use
-// the same repository, so the lock is flock(2) on the repository's common git directory: each
-// holder opens its own description, which excludes threads and processes alike, and the kernel
-// drops it with the holder.
+// the same repository: the lock is flock(2) on a file of the lock directory named by the
+// repository's git dir ("repo-<dev>-<inode>.lock"). Each holder opens its own description, which
+// excludes threads and processes alike. Not a lock on the git dir itself: every child that can read
+// the repository could take that one and stall the supervisor's workers for as long as it lives.
 class RepositoryLock {
  public:
-  explicit RepositoryLock(const fs::path& common_dir)
-      : fd_(::open(common_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
-    if (fd_ < 0)
-      throw std::runtime_error("cannot open " + common_dir.string() + " to lock it: " + std::strerror(errno));
+  explicit RepositoryLock(const fs::path& file)
+      : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
+    if (fd_ < 0) throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(errno));
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd_);
-      throw std::runtime_error("cannot lock " + common_dir.string() + ": " + std::strerror(err));
+      throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(err));
     }
   }
   RepositoryLock(const RepositoryLock&) = delete;
@@ -335,7 +335,8 @@ class RepositoryLock {
 
 }  // namespace
 
-Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const std::string& id) {
+Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const fs::path& lock_dir,
+                         const std::string& id) {
   Worktree wt;
   wt.source = workspace;
   wt.top = state_dir / "worktrees" / id;
@@ -369,8 +370,12 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
     add.work_tree = top;
     add.args = {"worktree", "add", "--detach", "--quiet", wt.top.string(), wt.base};
     add.write = {wt.git_common_dir, wt.top.parent_path()};
+    std::error_code ec;
+    fs::create_directories(lock_dir, ec);
+    if (ec) throw std::runtime_error("lock directory '" + lock_dir.string() + "': " + ec.message());
+    wt.repo_lock = lock_dir / ("repo-" + workspace_key(wt.git_common_dir) + ".lock");
     {
-      RepositoryLock lock(wt.git_common_dir);
+      RepositoryLock lock(wt.repo_lock);
       must_git(add);
     }
     wt.git_dir = gitdir_of_file(wt.top / ".git");
@@ -592,7 +597,7 @@ void remove_worktree(const Worktree& wt) noexcept {
       prune.work_tree = wt.source_top;
       prune.args = {"worktree", "prune"};
       prune.write = {wt.git_common_dir};
-      RepositoryLock lock(wt.git_common_dir);
+      RepositoryLock lock(wt.repo_lock);
       (void)run_git(prune);
     }
   } catch (...) {

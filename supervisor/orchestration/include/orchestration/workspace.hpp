@@ -101,13 +101,16 @@ struct Worktree {
   std::string base;                      // the commit the work starts from
   std::filesystem::path git_dir;         // the worktree's own git dir (explicit in every git step)
   std::filesystem::path git_common_dir;  // the source repository's .git (read-only for the child)
+  std::filesystem::path repo_lock;       // the lock file of the source repository's worktree add/prune
 };
 
 // Creates <state_dir>/worktrees/<id>: `git worktree add --detach` of HEAD when `workspace` is in a
 // git repository, else a copy of it (without any .git) with a baseline commit. Every git step runs
-// through run_git (git_step.hpp). Throws std::runtime_error with git's message on failure.
+// through run_git (git_step.hpp). `git worktree add` (and remove_worktree's prune) of one repository
+// run one at a time, under a lock file in `lock_dir` (Workspaces::lock_dir: beyond every child's
+// reach). Throws std::runtime_error with git's message on failure.
 Worktree create_worktree(const std::filesystem::path& workspace, const std::filesystem::path& state_dir,
-                         const std::string& id);
+                         const std::filesystem::path& lock_dir, const std::string& id);
 
 // What a reviewer must see before applying a patch.
 struct PatchReview {
