@@ -17,6 +17,7 @@
 #include <string>
 
 #include "sandbox/launch.hpp"
+#include "sandbox/seccomp_programs.hpp"
 #include "syscall_groups.hpp"
 #include "syscalls.hpp"
 
@@ -207,17 +208,6 @@ struct CtxDeleter {
   throw SandboxError("seccomp: " + what + ": " + std::strerror(rc < 0 ? -rc : rc));
 }
 
-// Everything the rules are made of (RuleSet reads nothing else of the policy): two policies with
-// the same key compile to the same program.
-std::string policy_key(const Policy& policy) {
-  std::string key(to_string(policy.network));
-  for (const auto* list : {&policy.syscall_groups, &policy.extra_allowed_syscalls, &policy.extra_denied_syscalls}) {
-    key += '\n';
-    for (const std::string& name : *list) key += name + ',';
-  }
-  return key;
-}
-
 std::vector<sock_filter> export_program(const std::vector<Rule>& rules) {
   std::unique_ptr<void, CtxDeleter> ctx(seccomp_init(kDefaultAction));
   if (!ctx) throw SandboxError("seccomp: seccomp_init failed");
@@ -264,18 +254,64 @@ std::vector<sock_filter> export_program(const std::vector<Rule>& rules) {
 
 }  // namespace
 
+// Everything the rules are made of (RuleSet reads nothing else of the policy): two policies with
+// the same key compile to the same program. The shipped presets' keys are looked up in the table
+// compiled at build time, so the key's text is part of that table's contract: it starts with the
+// layout's version, to be raised whenever RuleSet or export_program changes what a key produces
+// (a stale table then matches nothing and every program is compiled at run time).
+std::string seccomp_program_key(const Policy& policy) {
+  std::string key = "rules-v1\nnetwork ";
+  key += to_string(policy.network);
+  for (const auto* list : {&policy.syscall_groups, &policy.extra_allowed_syscalls, &policy.extra_denied_syscalls}) {
+    key += '\n';
+    for (const std::string& name : *list) key += name + ',';
+  }
+  return key;
+}
+
+std::string init_seccomp_program_key() { return "rules-v1\ninit"; }
+
+std::vector<sock_filter> compile_seccomp_uncached(const Policy& policy) { return export_program(rules_for(policy)); }
+
+std::vector<sock_filter> compile_init_seccomp_uncached() {
+  std::vector<Rule> rules;
+  for (const char* name : {"rt_sigtimedwait", "wait4", "kill", "close", "write", "exit_group", "restart_syscall"})
+    rules.push_back({name, SCMP_ACT_ALLOW, "allow", {}, "", "init"});
+  return export_program(rules);
+}
+
+const PrecompiledSeccompTable* precompiled_seccomp_table() { return &subagent_precompiled_seccomp; }
+
+const PrecompiledSeccompProgram* find_precompiled_seccomp(const std::string& key) {
+  const PrecompiledSeccompTable* table = precompiled_seccomp_table();
+  if (!table) return nullptr;
+  // The programs are libseccomp's output: another version may lay them out otherwise (and fix
+  // what this one got wrong), so a table from another version is not used.
+  const scmp_version* v = seccomp_version();
+  if (!v || v->major != table->libseccomp_major || v->minor != table->libseccomp_minor ||
+      v->micro != table->libseccomp_micro)
+    return nullptr;
+  for (unsigned i = 0; i < table->count; ++i)
+    if (key == table->programs[i].key) return &table->programs[i];
+  return nullptr;
+}
+
 // Building the rules and libseccomp's export were most of a launch's preparation (some 3.5 ms of
 // 4.5 for a preset), and a supervisor launches the same few presets again and again: programs are
-// kept by what they are made of.
+// kept by what they are made of, and the shipped presets' are compiled at build time.
 std::vector<sock_filter> compile_seccomp(const Policy& policy) {
-  std::string key = policy_key(policy);
+  std::string key = seccomp_program_key(policy);
   static std::mutex mutex;
   static std::map<std::string, std::vector<sock_filter>> programs;
   {
     std::lock_guard lock(mutex);
     if (auto it = programs.find(key); it != programs.end()) return it->second;
   }
-  std::vector<sock_filter> program = export_program(rules_for(policy));
+  std::vector<sock_filter> program;
+  if (const PrecompiledSeccompProgram* built = find_precompiled_seccomp(key))
+    program.assign(built->insns, built->insns + built->count);
+  else
+    program = compile_seccomp_uncached(policy);
   std::lock_guard lock(mutex);
   if (programs.size() >= 32) programs.clear();  // a bound, never reached by the shipped presets
   programs.emplace(std::move(key), program);
@@ -288,10 +324,9 @@ std::vector<sock_filter> compile_seccomp(const Policy& policy) {
 // may not even open a file.
 std::vector<sock_filter> compile_init_seccomp() {
   static const std::vector<sock_filter> program = [] {
-    std::vector<Rule> rules;
-    for (const char* name : {"rt_sigtimedwait", "wait4", "kill", "close", "write", "exit_group", "restart_syscall"})
-      rules.push_back({name, SCMP_ACT_ALLOW, "allow", {}, "", "init"});
-    return export_program(rules);
+    if (const PrecompiledSeccompProgram* built = find_precompiled_seccomp(init_seccomp_program_key()))
+      return std::vector<sock_filter>(built->insns, built->insns + built->count);
+    return compile_init_seccomp_uncached();
   }();
   return program;
 }

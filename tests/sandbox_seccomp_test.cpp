@@ -14,6 +14,7 @@
 #include <seccomp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <fstream>
@@ -23,8 +24,11 @@
 
 #include "sandbox/explain.hpp"
 #include "sandbox/launch.hpp"
+#include "policy/preset.hpp"
 #include "sandbox/policy.hpp"
+#include "sandbox/seccomp_programs.hpp"
 #include "sandbox_test_util.hpp"
+#include "seccomp.hpp"  // compile_seccomp, the cached path launches take
 
 namespace fs = std::filesystem;
 using namespace sandbox_test;
@@ -333,4 +337,68 @@ TEST_CASE("the groups: each syscall in one place, every name known to libseccomp
     INFO(name);
     CHECK(boxed(policy, ws.path, {"true"}) == 0);
   }
+}
+
+// The shipped presets' programs come from the table compiled at build time
+// (sandbox/seccomp_programs.hpp). Each must be exactly what libseccomp compiles for the preset here
+// and now, and a policy that differs in anything the rules are made of must not get one.
+TEST_CASE("each shipped preset's seccomp program is compiled at build time, and is libseccomp's program for it") {
+  const sandbox::PrecompiledSeccompTable* table = sandbox::precompiled_seccomp_table();
+  REQUIRE(table != nullptr);  // the test binary links the table, as the programs do
+  const scmp_version* v = seccomp_version();
+  CHECK(table->libseccomp_major == v->major);
+  CHECK(table->libseccomp_minor == v->minor);
+  CHECK(table->libseccomp_micro == v->micro);
+  const fs::path dir = SUBAGENT_SOURCE_DIR "/policies";
+  const auto names = supervisor::list_presets(dir);
+  REQUIRE(names.size() >= 5);
+  for (const std::string& name : names) {
+    INFO(name);
+    const auto preset = supervisor::load_preset(name, dir);
+    const auto* built = sandbox::find_precompiled_seccomp(sandbox::seccomp_program_key(preset.sandbox));
+    REQUIRE(built != nullptr);
+    const std::vector<sock_filter> table_program(built->insns, built->insns + built->count);
+    const auto compiled = sandbox::compile_seccomp_uncached(preset.sandbox);
+    REQUIRE(table_program.size() == compiled.size());
+    CHECK(std::memcmp(table_program.data(), compiled.data(), compiled.size() * sizeof(sock_filter)) == 0);
+    const auto used = sandbox::compile_seccomp(preset.sandbox);
+    CHECK(std::memcmp(used.data(), compiled.data(), compiled.size() * sizeof(sock_filter)) == 0);
+  }
+  const auto* init = sandbox::find_precompiled_seccomp(sandbox::init_seccomp_program_key());
+  REQUIRE(init != nullptr);
+  const auto init_compiled = sandbox::compile_init_seccomp_uncached();
+  REQUIRE(init->count == init_compiled.size());
+  CHECK(std::memcmp(init->insns, init_compiled.data(), init_compiled.size() * sizeof(sock_filter)) == 0);
+}
+
+TEST_CASE("a policy that differs from a shipped preset's in its syscalls or network gets no precompiled program") {
+  const auto preset = supervisor::load_preset("explore", SUBAGENT_SOURCE_DIR "/policies");
+  const auto shipped = sandbox::compile_seccomp(preset.sandbox);
+  REQUIRE(sandbox::find_precompiled_seccomp(sandbox::seccomp_program_key(preset.sandbox)) != nullptr);
+  auto allowed = preset.sandbox;
+  allowed.extra_allowed_syscalls.push_back("get_mempolicy");
+  auto denied = preset.sandbox;
+  denied.extra_denied_syscalls.push_back("getcwd");
+  auto grouped = preset.sandbox;
+  grouped.syscall_groups.push_back("watch");
+  auto networked = preset.sandbox;
+  networked.network = sandbox::Network::host;
+  for (const auto* changed : {&allowed, &denied, &grouped, &networked}) {
+    CHECK(sandbox::find_precompiled_seccomp(sandbox::seccomp_program_key(*changed)) == nullptr);
+    const auto program = sandbox::compile_seccomp(*changed);
+    const auto compiled = sandbox::compile_seccomp_uncached(*changed);
+    REQUIRE(program.size() == compiled.size());
+    CHECK(std::memcmp(program.data(), compiled.data(), compiled.size() * sizeof(sock_filter)) == 0);
+    CHECK((program.size() != shipped.size() ||
+           std::memcmp(program.data(), shipped.data(), shipped.size() * sizeof(sock_filter)) != 0));
+  }
+  // What the changes do: the allowed syscall works under the changed policy and not under the
+  // shipped one (its twin), through programs the same process took from the table and compiled.
+  TempDir ws;
+  auto boxed_shipped = explore_policy();
+  REQUIRE(sandbox::seccomp_program_key(boxed_shipped) == sandbox::seccomp_program_key(preset.sandbox));
+  auto boxed_allowed = boxed_shipped;
+  boxed_allowed.extra_allowed_syscalls.push_back("get_mempolicy");
+  CHECK(boxed(boxed_shipped, ws.path, {"get_mempolicy"}) == ENOSYS);
+  CHECK(boxed(boxed_allowed, ws.path, {"get_mempolicy"}) == 0);
 }

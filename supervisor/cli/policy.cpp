@@ -7,6 +7,7 @@
 #include <set>
 
 #include "sandbox/explain.hpp"
+#include "sandbox/seccomp_programs.hpp"
 #include "orchestration/workspace.hpp"
 #include "cli/cli.hpp"
 #include "cli/install_layout.hpp"
@@ -76,6 +77,30 @@ std::string fold(const std::vector<std::string>& words, std::size_t indent, std:
     line += (line.empty() ? "" : " ") + w;
   }
   return out + line;
+}
+
+// Where the launch's seccomp program comes from (sandbox/seccomp_programs.hpp): the table compiled
+// with this program, or libseccomp at launch. The filter is the same either way; a reviewer sees
+// which policies the build compiled.
+struct SeccompOrigin {
+  std::size_t instructions = 0;
+  bool at_build = false;
+  std::string text;
+};
+
+SeccompOrigin seccomp_origin(const sandbox::Policy& s) {
+  SeccompOrigin o;
+  if (const auto* built = sandbox::find_precompiled_seccomp(sandbox::seccomp_program_key(s))) {
+    const auto* table = sandbox::precompiled_seccomp_table();
+    o.instructions = built->count;
+    o.at_build = true;
+    o.text = "compiled when this program was built (libseccomp " + std::to_string(table->libseccomp_major) + "." +
+             std::to_string(table->libseccomp_minor) + "." + std::to_string(table->libseccomp_micro) + ")";
+  } else {
+    o.instructions = sandbox::compile_seccomp_uncached(s).size();
+    o.text = "compiled by libseccomp at launch, once per process (its rules are no shipped preset's)";
+  }
+  return o;
 }
 
 // The allowlist one line per group (its members folded into a count and what the group is for),
@@ -500,6 +525,8 @@ void explain_text(const Preset& p, const std::string& workspace, bool all_syscal
     print_syscalls(s);
   else
     print_syscall_groups(s);
+  const auto origin = seccomp_origin(s);
+  std::printf("  program: %zu BPF instructions, %s\n", origin.instructions, origin.text.c_str());
 
   const auto& r = s.rlimits;
   auto lim = [](std::uint64_t v, const char* unit) { return v ? std::to_string(v) + unit : std::string("unlimited"); };
@@ -594,6 +621,8 @@ int explain(Args& args) {
   for (const auto& d : sandbox::syscall_table(p.sandbox))
     out["syscalls"].push_back(
         {{"syscall", d.syscall}, {"action", d.action}, {"condition", d.condition}, {"origin", d.origin}});
+  const auto origin = seccomp_origin(p.sandbox);
+  out["seccomp_program"] = {{"instructions", origin.instructions}, {"compiled", origin.at_build ? "build" : "launch"}};
   out["syscall_groups"] = json::array();
   for (const auto& g : sandbox::syscall_groups(p.sandbox))
     out["syscall_groups"].push_back(
