@@ -6,18 +6,20 @@ namespace protocol {
 namespace {
 
 // Reads typed fields out of one message object and remembers the first thing that was wrong.
+// Strings, arrays and objects are moved out of the object (each field is read once), which is
+// discarded after: a tool request's arguments are not copied on their way to the session.
 class Fields {
  public:
-  Fields(const json& obj, std::string_view type) : obj_(obj), type_(type) {}
+  Fields(json& obj, std::string_view type) : obj_(obj), type_(type) {}
 
   std::string str(const char* name, bool required = true) {
-    const json* v = find(name, required);
+    json* v = find(name, required);
     if (!v) return {};
     if (!v->is_string()) return fail(name, "must be a string"), std::string{};
-    return v->get<std::string>();
+    return std::move(v->get_ref<std::string&>());
   }
   std::uint64_t u64(const char* name, bool required = true) {
-    const json* v = find(name, required);
+    json* v = find(name, required);
     if (!v) return 0;
     if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<std::int64_t>() >= 0))
       return fail(name, "must be a non-negative integer"), 0;
@@ -28,22 +30,22 @@ class Fields {
     return u64(name);
   }
   bool boolean(const char* name, bool required = true, bool fallback = false) {
-    const json* v = find(name, required);
+    json* v = find(name, required);
     if (!v) return fallback;
     if (!v->is_boolean()) return fail(name, "must be true or false"), fallback;
     return v->get<bool>();
   }
   json array(const char* name, bool required = true) {
-    const json* v = find(name, required);
+    json* v = find(name, required);
     if (!v) return json::array();
     if (!v->is_array()) return fail(name, "must be an array"), json::array();
-    return *v;
+    return std::move(*v);
   }
   json object(const char* name, bool required = true) {
-    const json* v = find(name, required);
+    json* v = find(name, required);
     if (!v) return json::object();
     if (!v->is_object()) return fail(name, "must be an object"), json::object();
-    return *v;
+    return std::move(*v);
   }
   Usage usage(const char* name) {
     json u = object(name, false);
@@ -66,7 +68,7 @@ class Fields {
   const std::string& error() const { return error_; }
 
  private:
-  const json* find(const char* name, bool required) {
+  json* find(const char* name, bool required) {
     auto it = obj_.find(name);
     if (it == obj_.end() || it->is_null()) {
       if (required) fail(name, "is missing");
@@ -75,7 +77,7 @@ class Fields {
     return &*it;
   }
 
-  const json& obj_;
+  json& obj_;
   std::string_view type_;
   std::string prefix_;
   std::string error_;
@@ -106,7 +108,7 @@ Decoded<T> parse_object(std::string_view line, json& obj, std::string& type) {
   return out;
 }
 
-Limits limits_from(const json& j, Fields& outer) {
+Limits limits_from(json j, Fields& outer) {
   Fields f(j, "limits");
   Limits l;
   l.max_steps = f.u64("max_steps");
@@ -122,10 +124,10 @@ Limits limits_from(const json& j, Fields& outer) {
   return l;
 }
 
-std::vector<ToolCall> tool_calls_from(const json& arr, Fields& outer) {
+std::vector<ToolCall> tool_calls_from(json arr, Fields& outer) {
   std::vector<ToolCall> calls;
   for (std::size_t i = 0; i < arr.size(); ++i) {
-    const json& c = arr[i];
+    json& c = arr[i];
     std::string where = "tool_calls[" + std::to_string(i) + "]";
     if (!c.is_object()) {
       outer.fail(where, "must be an object");
