@@ -1,7 +1,8 @@
 #!/bin/sh
 # The lean bin/subagent-supervisor (supervisor/cli/main.cpp with SUBAGENT_LEAN_MAIN) loads none of
 # the libraries only the other commands need: its dynamic section names no libcurl, gumbo, RE2 or
-# Boost library. The core names libcurl (so the check below can see one), and every command still
+# Boost library, and linked static-pie it holds none of their code, nor libcrypto's (the sandbox
+# command loads its preset without the digest). The core names libcurl (so the check below can see one), and every command still
 # runs through the lean one.   lean_binary_test.sh BUILD_DIR
 set -u
 bin=$1/bin
@@ -18,11 +19,15 @@ echo "$lean" | grep -E 'libcurl|libgumbo|libre2|libboost|libnghttp|libssh|libidn
 # Linked static-pie (SUBAGENT_STATIC_LEAN) it names no library at all: then its symbol table must
 # hold none of those libraries' code either.
 if [ -z "$lean" ] && nm "$bin/subagent-supervisor" >/dev/null 2>&1; then
-  nm "$bin/subagent-supervisor" | grep -E ' [TtWw] (curl_|gumbo_|_ZN3re2|_ZN5boost4asio)' | head -3 | grep . &&
+  nm "$bin/subagent-supervisor" | grep -E ' [TtWw] (curl_|gumbo_|_ZN3re2|_ZN5boost4asio|EVP_|OPENSSL_init)' |
+    head -3 | grep . &&
     fail "the static bin/subagent-supervisor holds the code above, which the sandbox command does not use"
   nm "$bin/subagent-supervisor-core" | grep -q ' [TtWwU] curl_easy_init' ||
     fail "bin/subagent-supervisor-core has no curl_easy_init symbol: the check above would not see one either"
+  nm "$bin/subagent-supervisor-core" | grep -qE ' [TtWwU] EVP_Digest(@|$)' ||
+    fail "bin/subagent-supervisor-core has no EVP_Digest symbol (the preset digest): the check above would not see one either"
 fi
+
 needed "$bin/subagent-supervisor-core" | grep -q libcurl ||
   fail "bin/subagent-supervisor-core does not name libcurl: this check would not see it either"
 

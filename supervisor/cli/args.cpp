@@ -26,7 +26,8 @@ const char* const kExitStatusTable = R"(Exit status (the same for every command)
   128+N sandbox: CMD was killed by signal N; otherwise sandbox exits with CMD's own status
 )";
 
-Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir) {
+Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir,
+                            PresetLoader load) {
   const bool path =
       name_or_path.find('/') != std::string::npos || std::filesystem::path(name_or_path).extension() == ".json";
   if (path) {
@@ -48,7 +49,7 @@ Preset load_preset_or_usage(const std::string& name_or_path, const std::filesyst
     }
   }
   try {
-    return load_preset(name_or_path, policy_dir);
+    return load(name_or_path, policy_dir);
   } catch (const std::exception& e) {
     throw SetupError(e.what());
   }

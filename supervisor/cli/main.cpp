@@ -6,8 +6,6 @@
 // reach it), argv and environment. Without it, it is that core, which runs every command.
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -86,10 +84,6 @@ int main(int argc, char** argv) {
   for (const char* c : kCoreCommands) core_command |= cmd == c;
 #ifdef SUBAGENT_LEAN_MAIN
   if (core_command) return exec_core(cmd, argv);
-  // The lean program's only use of OpenSSL is the preset file's SHA-256: reading and parsing
-  // openssl.cnf (its TLS settings) would be most of what OpenSSL costs it. The core, whose libcurl
-  // speaks TLS, loads the configuration as usual.
-  OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, nullptr);
 #endif
   supervisor::cli::Args rest(std::vector<std::string>(args.begin() + 1, args.end()));
   try {

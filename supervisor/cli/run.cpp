@@ -276,7 +276,7 @@ int cmd_run(Args args) {
   std::shared_ptr<Preset> preset;
   const fs::path policies = policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir);
   try {
-    preset = std::make_shared<Preset>(load_preset_or_usage(preset_name, policies));
+    preset = std::make_shared<Preset>(load_preset_or_usage(preset_name, policies, load_preset));
     (void)tighten(preset->budgets, o, "the preset " + preset->name);
     std::error_code ec;
     ws = fs::canonical(workspace, ec);

@@ -1,6 +1,5 @@
 #include "policy/preset.hpp"
 
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "preset_names.hpp"
 #include "protocol/tools.hpp"
 
 namespace supervisor {
@@ -61,19 +61,6 @@ std::optional<WorkspaceMode> parse_workspace_mode(std::string_view text) noexcep
 }
 
 namespace {
-
-std::string sha256_hex(const std::string& bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(hex[md[i] >> 4]);
-    out.push_back(hex[md[i] & 15]);
-  }
-  return out;
-}
 
 class Reader {
  public:
@@ -509,8 +496,6 @@ std::vector<std::string> list_presets(const fs::path& policy_dir) {
   return out;
 }
 
-namespace {
-
 bool names_a_file(const std::string& name_or_path) {
   return name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
 }
@@ -527,9 +512,8 @@ void check_preset_name(const std::string& name) {
   throw PresetError("unknown preset '" + name + "' (known in " + policy_dir.string() + ": " + list + ")");
 }
 
-}  // namespace
 
-Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) {
+Preset load_preset_undigested(const std::string& name_or_path, const fs::path& policy_dir, std::string* raw) {
   fs::path file;
   if (names_a_file(name_or_path)) {
     file = name_or_path;
@@ -539,9 +523,8 @@ Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) 
     std::error_code ec;
     if (!fs::exists(file, ec)) throw_unknown_preset(name_or_path, policy_dir, list_presets(policy_dir));
   }
-  std::string raw;
-  json doc = read_jsonc_file(file, &raw);
-  Preset p = parse_preset(doc, file, sha256_hex(raw));
+  json doc = read_jsonc_file(file, raw);
+  Preset p = parse_preset(doc, file, std::string());
   if (file.stem() != p.name && name_or_path.find('/') == std::string::npos)
     throw PresetError("policy " + file.filename().string() + ": preset is '" + p.name + "', but the file name says '" +
                           file.stem().string() + "'",
@@ -549,29 +532,6 @@ Preset load_preset(const std::string& name_or_path, const fs::path& policy_dir) 
   return p;
 }
 
-PresetCatalog::PresetCatalog(fs::path policy_dir) : dir_(std::move(policy_dir)) {
-  for (const auto& name : list_presets(dir_)) {
-    Entry& e = by_name_[name];
-    try {
-      e.preset = load_preset(name, dir_);
-    } catch (...) {
-      e.error = std::current_exception();
-    }
-  }
-}
-
-Preset PresetCatalog::get(const std::string& name_or_path) const {
-  if (names_a_file(name_or_path)) return load_preset(name_or_path, dir_);
-  check_preset_name(name_or_path);
-  auto it = by_name_.find(name_or_path);
-  if (it == by_name_.end()) {
-    std::vector<std::string> known;
-    for (const auto& [name, entry] : by_name_) known.push_back(name);
-    throw_unknown_preset(name_or_path, dir_, known);
-  }
-  if (!it->second.preset) std::rethrow_exception(it->second.error);
-  return *it->second.preset;
-}
 
 protocol::Limits child_limits(const Budgets& b) {
   protocol::Limits l;

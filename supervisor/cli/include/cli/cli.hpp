@@ -57,9 +57,13 @@ class Args {
   std::optional<std::string> inline_value_;
 };
 
-// load_preset for a command line: a name that is no preset (or a path that is no file) is a
-// UsageError listing the presets; a preset that exists but does not load is a SetupError.
-Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir);
+// `load` (load_preset, or load_preset_undigested where no digest is shown) for a command line: a
+// name that is no preset (or a path that is no file) is a UsageError listing the presets; a preset
+// that exists but does not load is a SetupError. `load` is a parameter, not a flag, so that the lean
+// program, which passes load_preset_undigested, does not link load_preset and its libcrypto.
+using PresetLoader = Preset (*)(const std::string& name_or_path, const std::filesystem::path& policy_dir);
+Preset load_preset_or_usage(const std::string& name_or_path, const std::filesystem::path& policy_dir,
+                            PresetLoader load);
 
 int cmd_run(Args args);
 int cmd_sandbox(Args args);

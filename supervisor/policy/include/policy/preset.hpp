@@ -141,8 +141,14 @@ std::string field_pointer(const std::string& field);
 const std::vector<std::string>& default_later_execution();
 
 // `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
-// the file and field on any problem.
+// the file and field on any problem. Preset::digest is the SHA-256 of the bytes parsed
+// (preset_digest.cpp, the library's only use of libcrypto).
 Preset load_preset(const std::string& name_or_path, const std::filesystem::path& policy_dir);
+// load_preset without the digest: Preset::digest is empty, and `raw` (when given) receives the
+// bytes parsed. For the `sandbox` command, which shows no digest: the lean program that runs it
+// then links no libcrypto and spends none of its start-up initialising it.
+Preset load_preset_undigested(const std::string& name_or_path, const std::filesystem::path& policy_dir,
+                              std::string* raw = nullptr);
 Preset parse_preset(const nlohmann::json& doc, const std::filesystem::path& source, const std::string& digest);
 
 // Names of the presets in `policy_dir` (files *.json other than schema.json), sorted.
