@@ -54,10 +54,16 @@ bool has_word(const std::string& list, char sep, const std::string& word) {
   return false;
 }
 
+// What find_root reads of /proc/self: read once for every controller.
+struct ProcSelf {
+  std::string cgroup = read_text("/proc/self/cgroup");
+  std::string mountinfo = read_text("/proc/self/mountinfo");
+};
+
 // Our path in the hierarchy carrying v1 `controller`, or in the v2 hierarchy ("0::/path") when
 // `controller` is empty.
-std::string own_cgroup(const std::string& controller) {
-  std::istringstream lines(read_text("/proc/self/cgroup"));
+std::string own_cgroup(const ProcSelf& self, const std::string& controller) {
+  std::istringstream lines(self.cgroup);
   std::string line;
   while (std::getline(lines, line)) {
     auto first = line.find(':');
@@ -89,8 +95,8 @@ struct Mount {
 };
 
 // The first mount of a cgroup (v1) hierarchy carrying `controller`, or of cgroup2 when empty.
-bool find_mount(const std::string& controller, Mount* found) {
-  std::istringstream lines(read_text("/proc/self/mountinfo"));
+bool find_mount(const ProcSelf& self, const std::string& controller, Mount* found) {
+  std::istringstream lines(self.mountinfo);
   std::string line;
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
@@ -141,11 +147,11 @@ std::string cannot(const std::string& what, const std::string& path, int err) {
               : "");
 }
 
-ControllerRoot find_v1(const std::string& name) {
+ControllerRoot find_v1(const ProcSelf& self, const std::string& name) {
   Mount m;
-  if (!find_mount(name, &m)) return {"", 0, false, "no cgroup v1 hierarchy carries " + name};
+  if (!find_mount(self, name, &m)) return {"", 0, false, "no cgroup v1 hierarchy carries " + name};
   std::string own;
-  if (!own_directory(m, own_cgroup(name), &own))
+  if (!own_directory(m, own_cgroup(self, name), &own))
     return {"", 1, false, "cgroup v1 " + name + ": this process's cgroup is outside the mount at " + m.point};
   std::string parent = own + "/" + kDirName;
   if (::mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
@@ -159,13 +165,13 @@ ControllerRoot find_v1(const std::string& name) {
 
 // cgroup v2: usable when we sit at the root of our cgroup namespace (a container, or the host's
 // root cgroup), where processes may live beside child groups that enable controllers.
-ControllerRoot find_v2(const std::string& name) {
+ControllerRoot find_v2(const ProcSelf& self, const std::string& name) {
   Mount m;
-  if (!find_mount("", &m)) return {"", 0, false, "no cgroup2 mount"};
+  if (!find_mount(self, "", &m)) return {"", 0, false, "no cgroup2 mount"};
   const std::string controllers = read_text(m.point + "/cgroup.controllers");
   if (!has_word(controllers.substr(0, controllers.find('\n')), ' ', name))
     return {"", 2, false, "cgroup v2 at " + m.point + " does not offer the " + name + " controller"};
-  const std::string own = own_cgroup("");
+  const std::string own = own_cgroup(self, "");
   if (own != "/")
     return {"", 2, false,
             "cgroup v2: the supervisor's cgroup " + own + " is not the root of its cgroup namespace, so " + name +
@@ -187,11 +193,11 @@ ControllerRoot find_v2(const std::string& name) {
   return {parent, 2, swap, "cgroup v2 " + name + " under " + parent};
 }
 
-ControllerRoot find_root(Controller c) {
+ControllerRoot find_root(const ProcSelf& self, Controller c) {
   const std::string name = to_string(c);
-  ControllerRoot v1 = find_v1(name);
+  ControllerRoot v1 = find_v1(self, name);
   if (!v1.parent.empty()) return v1;
-  ControllerRoot v2 = find_v2(name);
+  ControllerRoot v2 = find_v2(self, name);
   if (!v2.parent.empty()) return v2;
   if (v1.version == 1) return v1;  // mounted as v1 but unusable: that is the reason that matters
   return {"", 0, false, v1.detail + "; " + v2.detail};
@@ -224,7 +230,8 @@ const ControllerRoot& cgroup_root(Controller c) {
   static std::once_flag once;
   static std::array<ControllerRoot, kControllerCount> roots;
   std::call_once(once, [] {
-    for (unsigned i = 0; i < kControllerCount; ++i) roots[i] = find_root(static_cast<Controller>(i));
+    const ProcSelf self;
+    for (unsigned i = 0; i < kControllerCount; ++i) roots[i] = find_root(self, static_cast<Controller>(i));
   });
   return roots[static_cast<unsigned>(c)];
 }
