@@ -512,7 +512,6 @@ void check_preset_name(const std::string& name) {
   throw PresetError("unknown preset '" + name + "' (known in " + policy_dir.string() + ": " + list + ")");
 }
 
-
 Preset load_preset_undigested(const std::string& name_or_path, const fs::path& policy_dir, std::string* raw) {
   fs::path file;
   if (names_a_file(name_or_path)) {
