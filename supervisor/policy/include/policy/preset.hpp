@@ -142,7 +142,7 @@ const std::vector<std::string>& default_later_execution();
 
 // `name_or_path` is a preset name ("explore") or a path to a policy file. Throws PresetError naming
 // the file and field on any problem. Preset::digest is the SHA-256 of the bytes parsed
-// (preset_digest.cpp, the library's only use of libcrypto).
+// (preset_load.cpp, the library's only use of libcrypto).
 Preset load_preset(const std::string& name_or_path, const std::filesystem::path& policy_dir);
 // load_preset without the digest: Preset::digest is empty, and `raw` (when given) receives the
 // bytes parsed. For the `sandbox` command, which shows no digest: the lean program that runs it
