@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "plain_lines.hpp"
+
 namespace protocol {
 namespace {
 
@@ -169,6 +171,18 @@ bool nesting_within(std::string_view text, std::size_t max_depth) noexcept {
 }
 
 Decoded<ChildMessage> decode_child_message(std::string_view line) {
+  // The depth bound first, as for every line: the shortcut parses a tool request's arguments too.
+  if (nesting_within(line)) {
+    if (auto plain = detail::decode_plain_child_line(line)) {
+      Decoded<ChildMessage> out;
+      out.message = std::move(*plain);
+      return out;
+    }
+  }
+  return decode_child_message_via_tree(line);
+}
+
+Decoded<ChildMessage> decode_child_message_via_tree(std::string_view line) {
   json obj;
   std::string type;
   auto out = parse_object<ChildMessage>(line, obj, type);
@@ -405,6 +419,15 @@ const char* type_name(const SupervisorMessage& m) noexcept {
   static constexpr const char* names[] = {"welcome",     "model_response", "model_error", "tool_decision",
                                           "tool_result", "wrap_up",        "cancel",      "error"};
   return names[m.index()];
+}
+
+std::string encode_line(const SupervisorMessage& m) {
+  if (const auto* decision = std::get_if<ToolDecision>(&m)) {
+    std::string line;
+    line.reserve(64 + decision->id.size() + decision->reason.size());
+    if (detail::encode_plain_decision(*decision, line)) return line;
+  }
+  return encode_line(to_json(m));
 }
 
 std::string encode_line(const json& j) {

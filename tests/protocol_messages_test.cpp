@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../protocol/plain_lines.hpp"
+
 using namespace protocol;
 
 TEST_CASE("child messages round-trip through the codec") {
@@ -112,4 +114,101 @@ TEST_CASE("encoding replaces invalid UTF-8 rather than throwing") {
   std::string line = encode_line(ChildMessage{Log{"info", "bad \xC3\x28 byte"}});
   CHECK(line.find("bad") != std::string::npos);
   CHECK(decode_child_message(line.substr(0, line.size() - 1)));
+}
+
+// decode_child_message reads plain tool_request / tool_done lines without a JSON tree; every line it
+// reads must come out exactly as the tree decoder reads it, and every line it declines must still get
+// the tree decoder's answer (the same error text included).
+TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
+  const std::string lines[] = {
+      // the plain shape children write
+      R"({"type":"tool_request","id":"t1","tool":"grep","args":{"pattern":"a","path":"src"}})",
+      R"({"type":"tool_request","id":"t1","tool":"grep"})",
+      R"({"type":"tool_request","id":"","tool":"","args":{}})",
+      R"({"type":"tool_done","id":"t1","ok":true,"bytes":123})",
+      R"({"type":"tool_done","id":"t1","ok":false,"bytes":0,"error":"boom"})",
+      R"({"type":"tool_done","id":"t1","ok":true})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":9999999999999999999})",  // 19 digits
+      R"(  { "type" : "tool_done" , "id":"t1" ,"ok" : true }  )",
+      "{\"type\":\"tool_done\",\r\n\t\"id\":\"t1\",\"ok\":true}",
+      // member order, nested args with brackets and escapes inside strings
+      R"({"args":{"a":[1,{"b":"}]"}],"c":"\"{"},"tool":"x","id":"i","type":"tool_request"})",
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"s":"caf\u00e9 \ud83d\ude00"}})",
+      // what the shortcut must decline and the tree decides
+      R"({"type":"tool_request","id":"t\n1","tool":"grep"})",         // escape in a string
+      "{\"type\":\"tool_request\",\"id\":\"caf\xC3\xA9\",\"tool\":\"g\"}",  // non-ASCII
+      R"({"type":"tool_request","id":"a","id":"b","tool":"g"})",       // repeated key
+      R"({"type":"tool_request","id":"t","tool":"g","extra":1})",      // unknown member
+      R"({"type":"tool_request","id":"t","tool":"g","args":null})",    // null
+      R"({"type":"tool_request","id":"t","tool":"g","args":[]})",      // args not an object
+      R"({"type":"tool_request","id":"t","tool":"g","args":{"a":}})",  // args not JSON
+      R"({"type":"tool_request","id":"t","tool":"g","args":{"a":1]})",
+      R"({"type":"tool_request","id":7,"tool":"g"})",
+      R"({"type":"tool_request","tool":"g"})",
+      R"({"type":"tool_done","id":"t","ok":"yes"})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":-1})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":1.5})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":1e3})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":007})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":18446744073709551615})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":18446744073709551616})",
+      R"({"type":"tool_done","id":"t","ok":true,"bytes":null,"error":null})",
+      R"({"type":"tool_done","id":"t","ok":truex})",
+      R"({"type":"tool_done","id":"t","ok":true} x)",
+      R"({"type":"tool_done","id":"t","ok":true},)",
+      R"({"type":"tool_done","id":"t","ok":true)",
+      R"({"type":"tool_done","id":"t","ok":true,})",
+      "\xEF\xBB\xBF{\"type\":\"tool_done\",\"id\":\"t\",\"ok\":true}",  // byte-order mark
+      R"({"type":"log","message":"m"})",
+      R"({"type":"tool_requests","id":"t","tool":"g"})",
+      R"({})",
+      R"({"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"type":"tool_done"})",
+  };
+  // The first eleven are the plain shape: the shortcut reads them (else this test would compare the
+  // tree with itself); the rest it must leave to the tree.
+  for (std::size_t i = 0; i < std::size(lines); ++i) {
+    CAPTURE(lines[i]);
+    CHECK(detail::decode_plain_child_line(lines[i]).has_value() == (i < 11));
+  }
+  for (const auto& line : lines) {
+    CAPTURE(line);
+    const auto fast = decode_child_message(line);
+    const auto tree = decode_child_message_via_tree(line);
+    REQUIRE(bool(fast) == bool(tree));
+    CHECK(fast.error == tree.error);
+    if (fast) {
+      CHECK(fast.message->index() == tree.message->index());
+      CHECK(to_json(*fast.message) == to_json(*tree.message));
+    }
+  }
+  // Arguments nested past kMaxDepth: the depth bound refuses the line before either decoder parses.
+  const std::string deep = R"({"type":"tool_request","id":"t","tool":"g","args":{"a":)" +
+                           std::string(kMaxDepth, '[') + "1" + std::string(kMaxDepth, ']') + "}}";
+  CHECK(decode_child_message(deep).error == decode_child_message_via_tree(deep).error);
+  CHECK(decode_child_message(deep).error.find("nested deeper") != std::string::npos);
+}
+
+// encode_line writes a tool_decision without a tree; the bytes must be the tree encoder's.
+TEST_CASE("a tool_decision is encoded byte for byte as the tree encoder writes it") {
+  std::string every_byte;
+  for (int c = 1; c < 0x80; ++c) every_byte.push_back(static_cast<char>(c));
+  every_byte.push_back('\0');
+  const std::string strings[] = {
+      "",
+      "t1",
+      "quote \" backslash \\ slash /",
+      every_byte,
+      "caf\xC3\xA9 \xF0\x9F\x98\x80 \xE2\x80\xA8",  // multi-byte UTF-8 and U+2028 pass through
+      "bad \xC3\x28 byte",                          // invalid UTF-8: the tree's replacement
+      "\xFF",
+      "truncated \xE2\x82",
+  };
+  for (const auto& id : strings)
+    for (const auto& reason : strings)
+      for (bool allow : {true, false}) {
+        const SupervisorMessage m{ToolDecision{id, allow, reason}};
+        CAPTURE(id);
+        CAPTURE(reason);
+        CHECK(encode_line(m) == encode_line(to_json(m)));
+      }
 }

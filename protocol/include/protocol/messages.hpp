@@ -180,6 +180,11 @@ bool nesting_within(std::string_view text, std::size_t max_depth = kMaxDepth) no
 Decoded<ChildMessage> decode_child_message(std::string_view line);
 Decoded<SupervisorMessage> decode_supervisor_message(std::string_view line);
 
+// The general decoder of child lines, through a JSON tree. decode_child_message gives the same
+// result for every line; it reads the tool_request and tool_done lines of the plain shape children
+// write (one per tool call, the broker's hot path) without building a tree. Tests compare the two.
+Decoded<ChildMessage> decode_child_message_via_tree(std::string_view line);
+
 json to_json(const ChildMessage& m);
 json to_json(const SupervisorMessage& m);
 json to_json(const Usage& u);
@@ -188,7 +193,8 @@ json to_json(const Limits& l);
 // One line of the wire: compact JSON + '\n'. Invalid UTF-8 in strings is replaced, never thrown on.
 std::string encode_line(const json& j);
 inline std::string encode_line(const ChildMessage& m) { return encode_line(to_json(m)); }
-inline std::string encode_line(const SupervisorMessage& m) { return encode_line(to_json(m)); }
+// The same bytes as encode_line(to_json(m)); a tool_decision is written without a tree.
+std::string encode_line(const SupervisorMessage& m);
 
 // Chooses the protocol version: the highest of `offered` that this build speaks, or nullopt.
 std::optional<int> negotiate_version(const std::vector<int>& offered) noexcept;
