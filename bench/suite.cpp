@@ -623,23 +623,54 @@ void bench_broker(const Options &o, const Env &env, asio::io_context &io) {
 // ---- 3. eight concurrent children
 // ----------------------------------------------------------------
 
+// The loop thread's clock and counters at one edge of the window. User and system time and the
+// context switches come from getrusage(RUSAGE_THREAD), so the account can say where a gap is: in
+// our code, in the kernel, or in waiting.
 struct Window {
   Clock::time_point t;
-  double cpu_us = 0;
+  double cpu_us = 0, user_us = 0, sys_us = 0;
+  long voluntary_switches = 0, involuntary_switches = 0;
   std::uint64_t round_trips = 0;
 };
+Window window_now(std::uint64_t round_trips) {
+  Window w;
+  w.t = Clock::now();
+  w.cpu_us = thread_cpu_us();
+  struct rusage ru {};
+  ::getrusage(RUSAGE_THREAD, &ru);
+  w.user_us = static_cast<double>(ru.ru_utime.tv_sec) * 1e6 + static_cast<double>(ru.ru_utime.tv_usec);
+  w.sys_us = static_cast<double>(ru.ru_stime.tv_sec) * 1e6 + static_cast<double>(ru.ru_stime.tv_usec);
+  w.voluntary_switches = ru.ru_nvcsw;
+  w.involuntary_switches = ru.ru_nivcsw;
+  w.round_trips = round_trips;
+  return w;
+}
 struct FloodResult {
-  double msgs_per_s = 0, cpu_us_per_msg = 0;
+  double msgs_per_s = 0, cpu_us_per_msg = 0, user_us_per_msg = 0, sys_us_per_msg = 0;
+  double voluntary_switches_per_msg = 0, involuntary_switches_per_msg = 0;
   std::uint64_t msgs = 0;
   bool valid = true;  // false: a child finished before the last one started, so no window
 };
 FloodResult flood_result(const Window &a, const Window &b) {
   FloodResult r;
   r.msgs = (b.round_trips - a.round_trips) * 3;  // tool_request, tool_decision, tool_done
-  const double secs = us_between(a.t, b.t) / 1e6;
-  r.msgs_per_s = static_cast<double>(r.msgs) / secs;
-  r.cpu_us_per_msg = (b.cpu_us - a.cpu_us) / static_cast<double>(r.msgs);
+  const double secs = us_between(a.t, b.t) / 1e6, msgs = static_cast<double>(r.msgs);
+  r.msgs_per_s = msgs / secs;
+  r.cpu_us_per_msg = (b.cpu_us - a.cpu_us) / msgs;
+  r.user_us_per_msg = (b.user_us - a.user_us) / msgs;
+  r.sys_us_per_msg = (b.sys_us - a.sys_us) / msgs;
+  r.voluntary_switches_per_msg = static_cast<double>(b.voluntary_switches - a.voluntary_switches) / msgs;
+  r.involuntary_switches_per_msg = static_cast<double>(b.involuntary_switches - a.involuntary_switches) / msgs;
   return r;
+}
+json to_json(const FloodResult &r) {
+  return {{"msgs_per_s", r.msgs_per_s},
+          {"cpu_us_per_msg", r.cpu_us_per_msg},
+          {"user_us_per_msg", r.user_us_per_msg},
+          {"sys_us_per_msg", r.sys_us_per_msg},
+          {"voluntary_switches_per_msg", r.voluntary_switches_per_msg},
+          {"involuntary_switches_per_msg", r.involuntary_switches_per_msg},
+          {"msgs", r.msgs}};
 }
 
 // The window opens when every child is talking (its first tool request decided, as the relay's
@@ -662,12 +693,12 @@ FloodResult flood_session(asio::io_context &io, const Env &env, int children, lo
       } else if (ev == "tool_decision") {
         if (!talked[static_cast<std::size_t>(k)]) {
           talked[static_cast<std::size_t>(k)] = true;
-          if (++talking == children) start = {Clock::now(), thread_cpu_us(), dones};
+          if (++talking == children) start = window_now(dones);
         }
       } else if (ev == "final" && !closed) {
         closed = true;
         early = talking < children;
-        stop = {Clock::now(), thread_cpu_us(), dones};
+        stop = window_now(dones);
       }
     };
     sessions.push_back(ChildSession::create(io, std::move(cfg), std::make_unique<StubProvider>(nullptr)));
@@ -736,7 +767,7 @@ FloodResult flood_raw(const Env &env, int children, long n) {
         if (!reply.empty()) {
           if (!k.seen) {
             k.seen = true;
-            if (++seen == children) start = {Clock::now(), thread_cpu_us(), dones};
+            if (++seen == children) start = window_now(dones);
           }
           write_all(k.in->write, reply);
         }
@@ -744,7 +775,7 @@ FloodResult flood_raw(const Env &env, int children, long n) {
         if (is_final && !closed) {
           closed = true;
           early = seen < children;
-          stop = {Clock::now(), thread_cpu_us(), dones};
+          stop = window_now(dones);
         }
       }
       k.buf.erase(0, pos);
@@ -780,13 +811,13 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
     sup_cpu.push_back(a.cpu_us_per_msg);
     raw_rate.push_back(b.msgs_per_s);
     raw_cpu.push_back(b.cpu_us_per_msg);
-    runs.push_back(
-        {{"supervisor", {{"msgs_per_s", a.msgs_per_s}, {"cpu_us_per_msg", a.cpu_us_per_msg}, {"msgs", a.msgs}}},
-         {"raw_relay", {{"msgs_per_s", b.msgs_per_s}, {"cpu_us_per_msg", b.cpu_us_per_msg}, {"msgs", b.msgs}}}});
+    runs.push_back({{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}});
     std::printf(
-        "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg; raw relay "
-        "%.0f msg/s, %.2f us CPU/msg\n",
-        r, a.msgs_per_s, a.cpu_us_per_msg, b.msgs_per_s, b.cpu_us_per_msg);
+        "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg); "
+        "raw relay %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg)\n",
+        r, a.msgs_per_s, a.cpu_us_per_msg, a.user_us_per_msg, a.sys_us_per_msg, a.voluntary_switches_per_msg,
+        a.involuntary_switches_per_msg, b.msgs_per_s, b.cpu_us_per_msg, b.user_us_per_msg, b.sys_us_per_msg,
+        b.voluntary_switches_per_msg, b.involuntary_switches_per_msg);
   }
   if (sup_rate.empty()) throw std::runtime_error("concurrent: every round was left out (is the machine loaded?)");
   const double rate = stats(sup_rate).p50, cpu = stats(sup_cpu).p50;
