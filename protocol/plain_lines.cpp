@@ -8,22 +8,21 @@
 namespace protocol::detail {
 namespace {
 
-// One member of the line's top-level object, as it was written.
+// One member of an object, as it was written.
 struct Member {
-  enum class Kind { string, number, boolean, object };
+  enum class Kind { string, number, boolean, null, object };
   std::string_view key;
   Kind kind = Kind::string;
   std::string_view text;  // a string's bytes (no quotes), a number's digits, an object's whole text
   bool flag = false;      // a boolean's value
 };
 
-// Reads one line's top-level object of at most kMaxMembers members whose values are plain strings,
-// unsigned integers, booleans or objects. Every step either advances or declines (returns false);
-// it never guesses, so a declined line costs only the scan.
+// Reads one object of at most kMaxMembers members whose values are plain strings, unsigned integers,
+// booleans, null or objects (a line's top level, or a tool request's arguments). Every step either
+// advances or declines (returns false); it never guesses, so a declined line costs only the scan.
+template <std::size_t kMaxMembers>
 class PlainScanner {
  public:
-  static constexpr std::size_t kMaxMembers = 6;
-
   explicit PlainScanner(std::string_view line) : p_(line.data()), end_(line.data() + line.size()) {}
 
   bool scan() {
@@ -52,6 +51,7 @@ class PlainScanner {
     return p_ == end_;
   }
 
+  const Member& at(std::size_t i) const { return members_[i]; }
   const Member* find(std::string_view key) const {
     for (std::size_t i = 0; i < count_; ++i)
       if (members_[i].key == key) return &members_[i];
@@ -150,6 +150,9 @@ class PlainScanner {
         m.kind = Member::Kind::boolean;
         m.flag = false;
         return literal("false");
+      case 'n':
+        m.kind = Member::Kind::null;
+        return literal("null");
       default:
         m.kind = Member::Kind::number;
         return digits(m.text);
@@ -162,27 +165,61 @@ class PlainScanner {
   std::size_t count_ = 0;
 };
 
+using LineScanner = PlainScanner<6>;
+
 std::uint64_t to_u64(std::string_view digits) {
   std::uint64_t v = 0;
   for (char c : digits) v = v * 10 + static_cast<std::uint64_t>(c - '0');
   return v;
 }
 
+// A tool request's arguments: built directly when they are a flat object of plain values (what a
+// model's call to grep or read_file gives), else parsed by the JSON parser. Both give the same tree:
+// strings as they are, digits as an unsigned number, true, false and null.
+json plain_args(std::string_view text) {
+  PlainScanner<16> s(text);
+  bool flat = s.scan();
+  for (std::size_t i = 0; flat && i < s.count(); ++i) flat = s.at(i).kind != Member::Kind::object;
+  if (!flat) return json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json out(json::value_t::object);
+  auto& members = out.get_ref<json::object_t&>();
+  for (std::size_t i = 0; i < s.count(); ++i) {
+    const Member& m = s.at(i);
+    json value;
+    switch (m.kind) {
+      case Member::Kind::string:
+        value = std::string(m.text);
+        break;
+      case Member::Kind::number:
+        value = to_u64(m.text);
+        break;
+      case Member::Kind::boolean:
+        value = m.flag;
+        break;
+      case Member::Kind::null:
+      case Member::Kind::object:
+        break;
+    }
+    members.emplace(std::string(m.key), std::move(value));
+  }
+  return out;
+}
+
 // The members a message of this type may hold; any other member declines the line (the tree codec
 // ignores unknown fields, so those lines still decode, just not here).
-bool only_members(const PlainScanner& s, std::initializer_list<std::string_view> allowed) {
+bool only_members(const LineScanner& s, std::initializer_list<std::string_view> allowed) {
   std::size_t known = 0;
   for (std::string_view k : allowed)
     if (s.find(k)) ++known;
   return known == s.count();
 }
 
-const Member* of_kind(const PlainScanner& s, std::string_view key, Member::Kind kind) {
+const Member* of_kind(const LineScanner& s, std::string_view key, Member::Kind kind) {
   const Member* m = s.find(key);
   return m && m->kind == kind ? m : nullptr;
 }
 
-std::optional<ChildMessage> tool_request(const PlainScanner& s) {
+std::optional<ChildMessage> tool_request(const LineScanner& s) {
   if (!only_members(s, {"type", "id", "tool", "args"})) return std::nullopt;
   const Member* id = of_kind(s, "id", Member::Kind::string);
   const Member* tool = of_kind(s, "tool", Member::Kind::string);
@@ -190,7 +227,7 @@ std::optional<ChildMessage> tool_request(const PlainScanner& s) {
   ToolRequest r;
   if (const Member* args = s.find("args")) {
     if (args->kind != Member::Kind::object) return std::nullopt;
-    r.args = json::parse(args->text, nullptr, /*allow_exceptions=*/false);
+    r.args = plain_args(args->text);
     if (r.args.is_discarded() || !r.args.is_object()) return std::nullopt;
   }
   r.id = std::string(id->text);
@@ -198,7 +235,7 @@ std::optional<ChildMessage> tool_request(const PlainScanner& s) {
   return ChildMessage{std::move(r)};
 }
 
-std::optional<ChildMessage> tool_done(const PlainScanner& s) {
+std::optional<ChildMessage> tool_done(const LineScanner& s) {
   if (!only_members(s, {"type", "id", "ok", "bytes", "error"})) return std::nullopt;
   const Member* id = of_kind(s, "id", Member::Kind::string);
   const Member* ok = of_kind(s, "ok", Member::Kind::boolean);
@@ -261,7 +298,7 @@ void append_quoted(std::string_view s, std::string& out) {
 }  // namespace
 
 std::optional<ChildMessage> decode_plain_child_line(std::string_view line) {
-  PlainScanner s(line);
+  LineScanner s(line);
   if (!s.scan()) return std::nullopt;
   const Member* type = of_kind(s, "type", Member::Kind::string);
   if (!type) return std::nullopt;

@@ -134,6 +134,16 @@ TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
       // member order, nested args with brackets and escapes inside strings
       R"({"args":{"a":[1,{"b":"}]"}],"c":"\"{"},"tool":"x","id":"i","type":"tool_request"})",
       R"({"type":"tool_request","id":"t","tool":"x","args":{"s":"caf\u00e9 \ud83d\ude00"}})",
+      // flat arguments of every plain kind, built without the JSON parser
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"n":0,"big":18446744073709551615,"t":true,"f":false,"z":null}})",
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"v","k2":"v"}})",
+      // arguments the shortcut hands to the JSON parser (the line is still read without a tree)
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"a","k":"b"}})",      // repeated key
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":-1,"f":1.5,"e":1E2}})",  // other numbers
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":18446744073709551616}})",  // past 64 bits
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"\u0041\n"}})",        // escapes
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17}})",
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":[1,"2",{}],"o":{"p":null}}})",
       // what the shortcut must decline and the tree decides
       R"({"type":"tool_request","id":"t\n1","tool":"grep"})",         // escape in a string
       "{\"type\":\"tool_request\",\"id\":\"caf\xC3\xA9\",\"tool\":\"g\"}",  // non-ASCII
@@ -141,6 +151,8 @@ TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
       R"({"type":"tool_request","id":"t","tool":"g","extra":1})",      // unknown member
       R"({"type":"tool_request","id":"t","tool":"g","args":null})",    // null
       R"({"type":"tool_request","id":"t","tool":"g","args":[]})",      // args not an object
+      R"({"type":"tool_request","id":"t","tool":"g","args":{"k":01}})",   // args not JSON: a leading zero
+      R"({"type":"tool_request","id":"t","tool":"g","args":{"k":nul}})",
       R"({"type":"tool_request","id":"t","tool":"g","args":{"a":}})",  // args not JSON
       R"({"type":"tool_request","id":"t","tool":"g","args":{"a":1]})",
       R"({"type":"tool_request","id":7,"tool":"g"})",
@@ -164,11 +176,11 @@ TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
       R"({})",
       R"({"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"type":"tool_done"})",
   };
-  // The first eleven are the plain shape: the shortcut reads them (else this test would compare the
+  // The first nineteen are the plain shape: the shortcut reads them (else this test would compare the
   // tree with itself); the rest it must leave to the tree.
   for (std::size_t i = 0; i < std::size(lines); ++i) {
     CAPTURE(lines[i]);
-    CHECK(detail::decode_plain_child_line(lines[i]).has_value() == (i < 11));
+    CHECK(detail::decode_plain_child_line(lines[i]).has_value() == (i < 19));
   }
   for (const auto& line : lines) {
     CAPTURE(line);
