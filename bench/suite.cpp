@@ -651,6 +651,11 @@ struct FloodResult {
   std::uint64_t msgs = 0;
   bool valid = true;  // false: a child finished before the last one started, so no window
 };
+FloodResult invalid_flood() {
+  FloodResult r;
+  r.valid = false;
+  return r;
+}
 FloodResult flood_result(const Window &a, const Window &b) {
   FloodResult r;
   r.msgs = (b.round_trips - a.round_trips) * 3;  // tool_request, tool_decision, tool_done
@@ -712,7 +717,7 @@ FloodResult flood_session(asio::io_context &io, const Env &env, int children, lo
   run_until(io, [&] { return finished == children; });
   if (!failure.empty()) throw std::runtime_error("concurrent: a child failed: " + failure);
   if (!closed) throw std::runtime_error("concurrent: no measurement window");
-  if (early) return FloodResult{0, 0, 0, false};
+  if (early) return invalid_flood();
   return flood_result(start, stop);
 }
 
@@ -783,7 +788,7 @@ FloodResult flood_raw(const Env &env, int children, long n) {
   }
   for (auto &k : kids) reap(k.pid);
   if (!closed || seen != children) throw std::runtime_error("concurrent raw: no measurement window");
-  if (early) return FloodResult{0, 0, 0, false};
+  if (early) return invalid_flood();
   return flood_result(start, stop);
 }
 

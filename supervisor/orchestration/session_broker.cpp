@@ -246,7 +246,7 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
   report_progress();
 }
 
-void ChildSession::handle(const proto::ToolRequest& m) {
+void ChildSession::handle(proto::ToolRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
   if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
     fail(proto::Status::protocol_error,
@@ -275,33 +275,45 @@ void ChildSession::deny_tool(const proto::ToolRequest& req, const std::string& r
   send(proto::ToolDecision{req.id, false, told});
 }
 
-void ChildSession::record_decision(const proto::ToolRequest& m, const char* decision, const std::string& rule,
-                                   const std::string& reason) {
-  emit(make_event(
-      EventKind::tool_decision,
-      {{"id", m.id}, {"tool", m.tool}, {"args", m.args}, {"decision", decision}, {"rule", rule}, {"reason", reason}}));
+void ChildSession::record_decision(proto::ToolRequest& m, const char* decision, const std::string& rule,
+                                   const std::string& reason, bool take_args) {
+  if (!cfg_.on_event) return;
+  // Field by field rather than from an initializer list: one per tool call, and the list's
+  // intermediate [key, value] arrays cost more than the event itself.
+  json ev = make_event(EventKind::tool_decision);
+  ev["id"] = m.id;
+  ev["tool"] = m.tool;
+  if (take_args)
+    ev["args"] = std::move(m.args);
+  else
+    ev["args"] = m.args;
+  ev["decision"] = decision;
+  ev["rule"] = rule;
+  ev["reason"] = reason;
+  emit(std::move(ev));
 }
 
-void ChildSession::decide_tool(const proto::ToolRequest& m) {
+void ChildSession::decide_tool(proto::ToolRequest& m) {
   std::string why, rule;
   const Decision d = decide(*cfg_.preset, m.tool, m.args, why, &rule);
   if (d == Decision::allow) {
-    record_decision(m, "allow", rule, why);
+    const bool brokered = cfg_.brokered && cfg_.brokered->handles(m.tool);  // runs here, on m.args
+    record_decision(m, "allow", rule, why, /*take_args=*/!brokered);
     allow_tool(m, why);
     return;
   }
   if (d == Decision::deny) {
-    record_decision(m, "deny", rule, why);
+    record_decision(m, "deny", rule, why, /*take_args=*/true);
     deny_tool(m, rule, why, why);
     return;
   }
   if (!cfg_.approver) {
     std::string reason = why + ", and no approver is attached, so it is denied";
-    record_decision(m, "deny", rule, reason);
+    record_decision(m, "deny", rule, reason, /*take_args=*/true);
     deny_tool(m, "ask: no approver", why, reason);
     return;
   }
-  record_decision(m, "ask", rule, why);
+  record_decision(m, "ask", rule, why, /*take_args=*/false);  // the approver is shown them
   ask_approval(m, why);
 }
 
@@ -382,8 +394,15 @@ void ChildSession::handle(const proto::ToolDone& m) {
                                             std::to_string(cap) + " allows");
     return;
   }
-  emit(make_event(EventKind::tool_done,
-                  {{"id", m.id}, {"tool", it->second}, {"ok", m.ok}, {"bytes", m.bytes}, {"error", m.error}}));
+  if (cfg_.on_event) {  // one per tool call: built field by field, as in record_decision
+    json ev = make_event(EventKind::tool_done);
+    ev["id"] = m.id;
+    ev["tool"] = std::move(it->second);
+    ev["ok"] = m.ok;
+    ev["bytes"] = m.bytes;
+    ev["error"] = m.error;
+    emit(std::move(ev));
+  }
   pending_tools_.erase(it);
 }
 

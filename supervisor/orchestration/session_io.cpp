@@ -97,14 +97,14 @@ void ChildSession::handle_frame(proto::Frame& f) {
     fail(proto::Status::protocol_error, "protocol error: " + decoded.error);
     return;
   }
-  const auto& m = *decoded.message;
+  auto& m = *decoded.message;
   if (state_ == State::handshake && !std::holds_alternative<proto::Hello>(m) &&
       !std::holds_alternative<proto::Log>(m)) {
     fail(proto::Status::protocol_error,
          std::string("protocol error: expected hello first, got ") + proto::type_name(m));
     return;
   }
-  std::visit([this](const auto& msg) { handle(msg); }, m);
+  std::visit([this](auto& msg) { handle(msg); }, m);
 }
 
 namespace {

@@ -127,15 +127,17 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void handle_frame(protocol::Frame& f);
   void handle(const protocol::Hello& m);
   void handle(const protocol::ModelRequest& m);
-  void handle(const protocol::ToolRequest& m);
+  void handle(protocol::ToolRequest& m);  // may take m.args (decide_tool)
   void handle(const protocol::ToolDone& m);
   void handle(const protocol::Final& m);
   void handle(const protocol::Log& m);
   void on_model_reply(const std::string& request_id, ModelReply reply);
   // A tool request the budgets let through: the preset's rules decide (allow, deny, or ask the approver).
-  void decide_tool(const protocol::ToolRequest& m);
-  void record_decision(const protocol::ToolRequest& m, const char* decision, const std::string& rule,
-                       const std::string& reason);
+  // The decision's event takes m.args when nothing after it reads them (a denial, or a tool the
+  // child runs itself): one copy less per call.
+  void decide_tool(protocol::ToolRequest& m);
+  void record_decision(protocol::ToolRequest& m, const char* decision, const std::string& rule,
+                       const std::string& reason, bool take_args);
   // Counts the call and lets it run: in the child, or here for a brokered tool.
   void allow_tool(const protocol::ToolRequest& req, const std::string& reason);
   void on_brokered_result(const std::string& id, bool ok, std::string content);
