@@ -85,10 +85,11 @@ class Fields {
   std::string error_;
 };
 
+// `depth_checked`: the caller ran nesting_within on `line` already (it is a scan of the whole line).
 template <class T>
-Decoded<T> parse_object(std::string_view line, json& obj, std::string& type) {
+Decoded<T> parse_object(std::string_view line, json& obj, std::string& type, bool depth_checked = false) {
   Decoded<T> out;
-  if (!nesting_within(line)) {
+  if (!depth_checked && !nesting_within(line)) {
     out.error = "arrays and objects nested deeper than " + std::to_string(kMaxDepth) + " levels";
     return out;
   }
@@ -170,22 +171,31 @@ bool nesting_within(std::string_view text, std::size_t max_depth) noexcept {
   return true;
 }
 
+namespace {
+Decoded<ChildMessage> decode_child_tree(std::string_view line, bool depth_checked);
+}  // namespace
+
 Decoded<ChildMessage> decode_child_message(std::string_view line) {
-  // The depth bound first, as for every line: the shortcut parses a tool request's arguments too.
-  if (nesting_within(line)) {
-    if (auto plain = detail::decode_plain_child_line(line)) {
-      Decoded<ChildMessage> out;
-      out.message = std::move(*plain);
-      return out;
-    }
+  // The depth bound first, as for every line (the shortcut parses a tool request's arguments too),
+  // and once: the tree decoder is told it was checked.
+  if (!nesting_within(line)) return decode_child_tree(line, /*depth_checked=*/false);
+  if (auto plain = detail::decode_plain_child_line(line)) {
+    Decoded<ChildMessage> out;
+    out.message = std::move(*plain);
+    return out;
   }
-  return decode_child_message_via_tree(line);
+  return decode_child_tree(line, /*depth_checked=*/true);
 }
 
 Decoded<ChildMessage> decode_child_message_via_tree(std::string_view line) {
+  return decode_child_tree(line, /*depth_checked=*/false);
+}
+
+namespace {
+Decoded<ChildMessage> decode_child_tree(std::string_view line, bool depth_checked) {
   json obj;
   std::string type;
-  auto out = parse_object<ChildMessage>(line, obj, type);
+  auto out = parse_object<ChildMessage>(line, obj, type, depth_checked);
   if (!out.error.empty()) return out;
   Fields f(obj, type);
   if (type == "hello") {
@@ -262,6 +272,7 @@ Decoded<ChildMessage> decode_child_message_via_tree(std::string_view line) {
   }
   return out;
 }
+}  // namespace
 
 Decoded<SupervisorMessage> decode_supervisor_message(std::string_view line) {
   json obj;
