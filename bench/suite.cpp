@@ -631,7 +631,31 @@ struct Window {
   double cpu_us = 0, user_us = 0, sys_us = 0;
   long voluntary_switches = 0, involuntary_switches = 0;
   std::uint64_t round_trips = 0;
+  double queued_us = 0;  // the loop thread's time runnable but not running (schedstat run_delay)
+  double idle_ticks = 0, all_ticks = 0;  // every CPU's, from /proc/stat
 };
+// The second field of /proc/thread-self/schedstat: nanoseconds this thread waited on a run queue.
+double thread_queued_us() {
+  double run_ns = 0, wait_ns = 0;
+  if (FILE *f = std::fopen("/proc/thread-self/schedstat", "r")) {
+    if (std::fscanf(f, "%lf %lf", &run_ns, &wait_ns) != 2) wait_ns = 0;
+    std::fclose(f);
+  }
+  return wait_ns / 1e3;
+}
+// Idle and total ticks of the "cpu" line of /proc/stat (idle plus iowait count as idle).
+void machine_ticks(double &idle, double &all) {
+  idle = all = 0;
+  FILE *f = std::fopen("/proc/stat", "r");
+  if (!f) return;
+  double v[8] = {};
+  if (std::fscanf(f, "cpu %lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) ==
+      8) {
+    idle = v[3] + v[4];
+    for (double x : v) all += x;
+  }
+  std::fclose(f);
+}
 Window window_now(std::uint64_t round_trips) {
   Window w;
   w.t = Clock::now();
@@ -643,11 +667,15 @@ Window window_now(std::uint64_t round_trips) {
   w.voluntary_switches = ru.ru_nvcsw;
   w.involuntary_switches = ru.ru_nivcsw;
   w.round_trips = round_trips;
+  w.queued_us = thread_queued_us();
+  machine_ticks(w.idle_ticks, w.all_ticks);
   return w;
 }
 struct FloodResult {
   double msgs_per_s = 0, cpu_us_per_msg = 0, user_us_per_msg = 0, sys_us_per_msg = 0;
   double voluntary_switches_per_msg = 0, involuntary_switches_per_msg = 0;
+  double queued_us_per_msg = 0;  // the loop runnable but waiting for a CPU
+  double machine_idle = -1;      // the fraction of every CPU's time idle in the window (-1: unknown)
   std::uint64_t msgs = 0;
   bool valid = true;  // false: a child finished before the last one started, so no window
 };
@@ -666,6 +694,8 @@ FloodResult flood_result(const Window &a, const Window &b) {
   r.sys_us_per_msg = (b.sys_us - a.sys_us) / msgs;
   r.voluntary_switches_per_msg = static_cast<double>(b.voluntary_switches - a.voluntary_switches) / msgs;
   r.involuntary_switches_per_msg = static_cast<double>(b.involuntary_switches - a.involuntary_switches) / msgs;
+  r.queued_us_per_msg = (b.queued_us - a.queued_us) / msgs;
+  if (b.all_ticks > a.all_ticks) r.machine_idle = (b.idle_ticks - a.idle_ticks) / (b.all_ticks - a.all_ticks);
   return r;
 }
 json to_json(const FloodResult &r) {
@@ -675,6 +705,8 @@ json to_json(const FloodResult &r) {
           {"sys_us_per_msg", r.sys_us_per_msg},
           {"voluntary_switches_per_msg", r.voluntary_switches_per_msg},
           {"involuntary_switches_per_msg", r.involuntary_switches_per_msg},
+          {"queued_us_per_msg", r.queued_us_per_msg},
+          {"machine_idle_fraction", r.machine_idle},
           {"msgs", r.msgs}};
 }
 
@@ -818,11 +850,14 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
     raw_cpu.push_back(b.cpu_us_per_msg);
     runs.push_back({{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}});
     std::printf(
-        "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg); "
-        "raw relay %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg)\n",
+        "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg; "
+        "queued %.2f us/msg; machine idle %.0f%%)\n"
+        "           raw relay %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg; "
+        "queued %.2f us/msg; machine idle %.0f%%)\n",
         r, a.msgs_per_s, a.cpu_us_per_msg, a.user_us_per_msg, a.sys_us_per_msg, a.voluntary_switches_per_msg,
-        a.involuntary_switches_per_msg, b.msgs_per_s, b.cpu_us_per_msg, b.user_us_per_msg, b.sys_us_per_msg,
-        b.voluntary_switches_per_msg, b.involuntary_switches_per_msg);
+        a.involuntary_switches_per_msg, a.queued_us_per_msg, 100 * a.machine_idle, b.msgs_per_s, b.cpu_us_per_msg,
+        b.user_us_per_msg, b.sys_us_per_msg, b.voluntary_switches_per_msg, b.involuntary_switches_per_msg,
+        b.queued_us_per_msg, 100 * b.machine_idle);
   }
   if (sup_rate.empty()) throw std::runtime_error("concurrent: every round was left out (is the machine loaded?)");
   const double rate = stats(sup_rate).p50, cpu = stats(sup_cpu).p50;
