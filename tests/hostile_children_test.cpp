@@ -30,12 +30,12 @@ struct Bench {
   int next_ws = 0;
   std::unique_ptr<test::Serve> serve;
 
-  explicit Bench(std::vector<std::string> extra = {}) {
+  explicit Bench(std::vector<std::string> extra = {}, json hello_fields = json::object()) {
     std::vector<std::string> args = {"--child", child.string(), "--child-arg",      "from_workspace",
                                      "--model", model,          "--max-concurrent", "16"};
     args.insert(args.end(), extra.begin(), extra.end());
     serve = std::make_unique<test::Serve>(test::Serve::Options{args});
-    json h = serve->hello();
+    json h = serve->hello(hello_fields);
     REQUIRE_MESSAGE(h.value("type", "") == "hello", h.dump() << serve->stderr_text());
   }
   std::string name() const { return child.filename().string(); }
@@ -340,4 +340,63 @@ TEST_CASE("flooding children and a parent that does not read: log lines are drop
   if (!test::kSanitized) CHECK(hwm < 40 * 1024);
   s.close_input();
   CHECK(s.wait_exit() == 0);
+}
+
+// Every denial is recorded and audited, and every request id remembered: a child that kept asking
+// for a refused tool would grow the audit log and the supervisor without end. After 1,000 denials
+// its next request ends it; the twin, 1,000 and then a final, completes.
+TEST_CASE("a child that keeps asking for refused tools is ended after 1000 denials; at 1000 it completes") {
+  json e = alongside("deny_flood 1001", {"protocol_error", "after 1000 denied tool requests"});
+  CHECK(e["tools_denied"] == 1000);
+  json twin = alongside("deny_flood 1000", {"completed", ""});
+  CHECK(twin["tools_denied"] == 1000);
+  CHECK(twin["answer"] == "denied 1000");
+}
+
+// A child that sends many calls the policy asks about, all at once: eight questions wait for the
+// parent, the rest are denied without asking (rule "ask: too many waiting"). The twin sends eight:
+// every one reaches the parent.
+TEST_CASE("a child that asks about many calls at once: 8 questions reach the parent and the rest are denied at once") {
+  for (const std::size_t n : {std::size_t{12}, std::size_t{8}}) {
+    CAPTURE(n);
+    Bench b({}, {{"approvals", true}});
+    test::Serve& s = *b.serve;
+    const std::string id = b.spawn("ask_flood " + std::to_string(n), {{"preset", "worker"}});
+    REQUIRE(!id.empty());
+    std::vector<json> asks;
+    for (std::size_t i = 0; i < 8; ++i) {
+      json a = s.next([](const json& j) { return j.value("type", "") == "approval_request"; });
+      REQUIRE_MESSAGE(a.is_object(), "approval request " << i << " never came; stderr: " << s.stderr_text());
+      CHECK(a["child_id"] == id);
+      CHECK(a["tool"] == "run_command");
+      asks.push_back(a);
+    }
+    // The child logs each answer as it comes: those past the eighth question come at once.
+    auto at_once = [&] {
+      std::size_t k = 0;
+      for (const auto& l : s.log_lines()) k += l.find("already waiting for the parent") != std::string::npos;
+      return k;
+    };
+    for (int i = 0; i < 200 && at_once() < n - 8; ++i) s.next([](const json&) { return false; }, 50ms);
+    CHECK(at_once() == n - 8);
+    // A ninth question would have reached the parent before those answers.
+    CHECK(s.next([](const json& j) { return j.value("type", "") == "approval_request"; }, 300ms).is_null());
+    for (const json& a : asks)
+      s.send({{"type", "approval"}, {"approval_id", a["approval_id"]}, {"allow", false}, {"reason", "not now"}});
+    json done = s.child_done(id);
+    REQUIRE_MESSAGE(done.is_object(), s.stderr_text());
+    const json& e = done["envelope"];
+    CHECK_MESSAGE(e["status"] == "completed", e.dump());
+    CHECK(e["tools_denied"] == n);
+    std::size_t waiting = 0, declined = 0;
+    for (const auto& d : e["denials"]) {
+      waiting += d["rule"] == "ask: too many waiting";
+      declined += d["rule"] == "ask: declined by parent";
+    }
+    CHECK(waiting == n - 8);
+    CHECK(declined == 8);
+    s.close_input();
+    CHECK(s.wait_exit() == 0);
+    CHECK(test::wait_none_named(b.name()) == 0);
+  }
 }

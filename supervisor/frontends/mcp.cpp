@@ -137,7 +137,7 @@ json denials_schema() {
                 {"description",
                  "what refused it: tools.deny, tools.rules[N] {...}, "
                  "blocked, not offered, wrap-up, ask: no approver, "
-                 "ask: declined by parent, ask: approval timed out"}}},
+                 "ask: declined by parent, ask: approval timed out, ask: too many waiting"}}},
               {"reason", {{"type", "string"}}}}},
             {"required", {"tool", "rule", "reason"}}}}};
 }

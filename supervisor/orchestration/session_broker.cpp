@@ -248,6 +248,13 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
 
 void ChildSession::handle(proto::ToolRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
+  if (tools_denied_ >= kMaxToolDenials) {
+    fail(proto::Status::protocol_error, "protocol error: tool_request '" + shown_id(m.id) + "' after " +
+                                            std::to_string(tools_denied_) +
+                                            " denied tool requests (at most " + std::to_string(kMaxToolDenials) +
+                                            " are answered in a session; a child that keeps asking is ended)");
+    return;
+  }
   if (!used_ids_.insert(std::hash<std::string>{}(m.id)).second) {
     fail(proto::Status::protocol_error,
          "protocol error: tool_request id '" + shown_id(m.id) + "' reused (request ids must be unique in a session)");
@@ -311,6 +318,13 @@ void ChildSession::decide_tool(proto::ToolRequest& m) {
     std::string reason = why + ", and no approver is attached, so it is denied";
     record_decision(m, "deny", rule, reason, /*take_args=*/true);
     deny_tool(m, "ask: no approver", why, reason);
+    return;
+  }
+  if (approvals_.size() >= kMaxWaitingApprovals) {
+    std::string reason = why + ", and " + std::to_string(approvals_.size()) +
+                         " of this child's approvals are already waiting for the parent, so it is denied";
+    record_decision(m, "deny", rule, reason, /*take_args=*/true);
+    deny_tool(m, "ask: too many waiting", why, reason);
     return;
   }
   record_decision(m, "ask", rule, why, /*take_args=*/false);  // the approver is shown them

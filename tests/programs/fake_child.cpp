@@ -25,6 +25,11 @@
 //   forge_denial TOOL  hello, asks for TOOL (the policy refuses it), then prints the supervisor's
 //                   denial line for it word for word on its stderr (plain, after a carriage return,
 //                   and inside log messages), then final
+//   deny_flood N    hello, then N requests for a tool no preset offers, one after another (each
+//                   waits for its denial), then final
+//   ask_flood N     hello, then N run_command requests at once without waiting (the worker preset
+//                   asks the parent about each), then a log line "answer ID: REASON" for each
+//                   answer as it comes, then final whose answer counts the denials
 //   from_workspace  reads "MODE ARG..." from the file .fake-child in its working directory (the
 //                   workspace) and behaves as that mode: one `serve --child` can then run good and
 //                   hostile children side by side, each spawn choosing its own through its workspace
@@ -241,6 +246,34 @@ int run(int argc, char** argv) {
   }
   if (mode == "cut_line") {
     write_all("{\"type\":\"final\",\"summ");
+    return 0;
+  }
+  if (mode == "deny_flood") {
+    const std::size_t n = arg_size(argc, argv);
+    std::size_t denied = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      send(ToolRequest{"d" + std::to_string(i), "teleport", json::object()});
+      auto r = receive();
+      if (auto* d = std::get_if<ToolDecision>(&r); d && !d->allow) ++denied;
+    }
+    send(Final{"denied " + std::to_string(denied), "denied " + std::to_string(denied), json::object()});
+    return 0;
+  }
+  if (mode == "ask_flood") {
+    const std::size_t n = arg_size(argc, argv);
+    std::string batch;
+    for (std::size_t i = 0; i < n; ++i)
+      batch += encode_line(ChildMessage{ToolRequest{"a" + std::to_string(i), "run_command", {{"command", "true"}}}});
+    write_all(batch);
+    std::size_t denied = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto r = receive();
+      auto* d = std::get_if<ToolDecision>(&r);
+      if (!d) std::_Exit(14);
+      if (!d->allow) ++denied;
+      send(Log{"info", "answer " + d->id + ": " + d->reason});
+    }
+    send(Final{"denied " + std::to_string(denied), "denied " + std::to_string(denied), json::object()});
     return 0;
   }
   if (mode == "flood") {

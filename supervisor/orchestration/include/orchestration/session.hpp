@@ -94,6 +94,15 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
  public:
   using DoneHandler = std::function<void(const protocol::Envelope&)>;
 
+  // Bounds on what a child's requests can make the supervisor hold, whatever its budgets say. Every
+  // denial is recorded and audited and every request id is remembered, so a child flooding denied
+  // requests would grow the audit log and the session without end: after this many denials its
+  // next tool request ends it (protocol_error). Allowed calls are bounded by max_tool_calls.
+  static constexpr std::uint64_t kMaxToolDenials = 1000;
+  // At most this many of one child's "ask" requests wait for the parent at once; another is denied
+  // at once (rule "ask: too many waiting"), so a child cannot flood the parent with questions.
+  static constexpr std::size_t kMaxWaitingApprovals = 8;
+
   static std::shared_ptr<ChildSession> create(boost::asio::io_context& io, SessionConfig cfg,
                                               std::unique_ptr<ModelProvider> provider);
   ~ChildSession();
