@@ -754,11 +754,15 @@ FloodResult flood_session(asio::io_context &io, const Env &env, int children, lo
 }
 
 // The floor: one thread relaying the same bytes for every child with poll(2),
-// no parsing.
-FloodResult flood_raw(const Env &env, int children, long n) {
+// no parsing. With `sandboxed`, each child runs under the explore preset's sandbox (prepared and
+// launched as the supervisor does, its CPU cgroup and new session included) rather than as a plain
+// process: the relay then differs from the supervisor only in the broker, not in how the kernel
+// schedules the children.
+FloodResult flood_raw(const Env &env, int children, long n, bool sandboxed = false) {
   struct Kid {
     std::unique_ptr<Pipe> in, out;
     pid_t pid = -1;
+    sandbox::Child launched;
     std::unique_ptr<FdLines> lines;
     std::string buf;
     bool seen = false, eof = false;
@@ -768,8 +772,24 @@ FloodResult flood_raw(const Env &env, int children, long n) {
   for (auto &k : kids) {
     k.in = std::make_unique<Pipe>();
     k.out = std::make_unique<Pipe>();
-    k.pid = spawn({env.bench_child.string(), "pingpong", std::to_string(n), "--raw"}, env.child_env, k.in->read,
-                  k.out->write, -1);
+    std::vector<std::string> argv = {env.bench_child.string(), "pingpong", std::to_string(n), "--raw"};
+    if (sandboxed) {
+      sandbox::LaunchRequest req;
+      req.executable = env.bench_child.string();
+      req.argv = argv;
+      req.workspace = env.workspace;
+      req.child_dir = env.bench_child;
+      req.extra_env = {"SUBAGENT_CHILD_ID=000000000000"};
+      req.stdin_fd = k.in->read;
+      req.stdout_fd = k.out->write;
+      req.stderr_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+      sandbox::Launched l = sandbox::prepare_and_launch(env.explore->sandbox, req);
+      ::close(req.stderr_fd);
+      k.launched = std::move(l.child);
+      k.pid = k.launched.pid;
+    } else {
+      k.pid = spawn(argv, env.child_env, k.in->read, k.out->write, -1);
+    }
     k.in->close_read();
     k.out->close_write();
   }
@@ -818,7 +838,11 @@ FloodResult flood_raw(const Env &env, int children, long n) {
       k.buf.erase(0, pos);
     }
   }
-  for (auto &k : kids) reap(k.pid);
+  for (auto &k : kids) {
+    reap(k.pid);
+    if (k.launched.pidfd >= 0) ::close(k.launched.pidfd);
+    sandbox::release(k.launched);
+  }
   if (!closed || seen != children) throw std::runtime_error("concurrent raw: no measurement window");
   if (early) return invalid_flood();
   return flood_result(start, stop);
@@ -830,17 +854,18 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
       "as fast as it can\n");
   const int children = 8, rounds = o.quick ? 1 : 3;
   const long n = o.quick ? 1500 : 3000;
-  std::vector<double> sup_rate, sup_cpu, raw_rate, raw_cpu;
+  std::vector<double> sup_rate, sup_cpu, raw_rate, raw_cpu, sbx_rate;
   json runs = json::array();
   int skipped = 0;
   for (int r = 0; r < rounds; ++r) {
     FloodResult a = flood_session(io, env, children, n);
     FloodResult b = flood_raw(env, children, n);
-    if (!a.valid || !b.valid) {
+    FloodResult c = flood_raw(env, children, n, /*sandboxed=*/true);
+    if (!a.valid || !b.valid || !c.valid) {
       // A loaded machine can start the last child after the first is done: the round measures
       // nothing, so it is left out (and said), and one more is run in its place, up to twice.
       std::printf("  round %d: left out, a child of the %s finished before the last one started\n", r,
-                  a.valid ? "raw relay" : "supervisor");
+                  !a.valid ? "supervisor" : !b.valid ? "raw relay" : "sandboxed raw relay");
       if (++skipped <= 2) --r;
       continue;
     }
@@ -848,7 +873,8 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
     sup_cpu.push_back(a.cpu_us_per_msg);
     raw_rate.push_back(b.msgs_per_s);
     raw_cpu.push_back(b.cpu_us_per_msg);
-    runs.push_back({{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}});
+    sbx_rate.push_back(c.msgs_per_s);
+    runs.push_back({{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}, {"raw_relay_sandboxed_children", to_json(c)}});
     std::printf(
         "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg; "
         "queued %.2f us/msg; machine idle %.0f%%)\n"
@@ -858,10 +884,15 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
         a.involuntary_switches_per_msg, a.queued_us_per_msg, 100 * a.machine_idle, b.msgs_per_s, b.cpu_us_per_msg,
         b.user_us_per_msg, b.sys_us_per_msg, b.voluntary_switches_per_msg, b.involuntary_switches_per_msg,
         b.queued_us_per_msg, 100 * b.machine_idle);
+    std::printf(
+        "           raw relay, sandboxed children %.0f msg/s, %.2f us CPU/msg (%.2f+%.2f switches/msg; queued %.2f "
+        "us/msg; machine idle %.0f%%)\n",
+        c.msgs_per_s, c.cpu_us_per_msg, c.voluntary_switches_per_msg, c.involuntary_switches_per_msg,
+        c.queued_us_per_msg, 100 * c.machine_idle);
   }
   if (sup_rate.empty()) throw std::runtime_error("concurrent: every round was left out (is the machine loaded?)");
   const double rate = stats(sup_rate).p50, cpu = stats(sup_cpu).p50;
-  const double rrate = stats(raw_rate).p50, rcpu = stats(raw_cpu).p50;
+  const double rrate = stats(raw_rate).p50, rcpu = stats(raw_cpu).p50, srate = stats(sbx_rate).p50;
   const double capacity = 1e6 / cpu;  // messages per second one core of loop could carry
   json j = {
       {"children", children},
@@ -869,11 +900,15 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
       {"runs", runs},
       {"supervisor", {{"msgs_per_s_p50", rate}, {"cpu_us_per_msg_p50", cpu}, {"loop_capacity_msgs_per_s", capacity}}},
       {"raw_relay", {{"msgs_per_s_p50", rrate}, {"cpu_us_per_msg_p50", rcpu}}},
-      {"ratios", {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}}},
+      {"raw_relay_sandboxed_children", {{"msgs_per_s_p50", srate}}},
+      {"ratios",
+       {{"cpu_per_msg_vs_raw", cpu / rcpu}, {"rate_vs_raw", rate / rrate}, {"rate_vs_raw_sandboxed", rate / srate}}},
       {"targets", {{"loop_capacity_min_msgs_per_s", 50000}, {"rate_vs_raw_min", 0.6}}}};
   write_json(o, "concurrent", j);
   add_row({"3 eight children", "aggregate messages/s vs one-thread raw relay", fmt("%.0f/s", rate),
            fmt("%.0f/s", rrate), fmt("%.2fx", rate / rrate), ">= 0.6x", rate / rrate >= 0.6 ? "yes" : "NO"});
+  add_row({"3 eight children", "same, the relay's children in the preset's sandbox", fmt("%.0f/s", rate),
+           fmt("%.0f/s", srate), fmt("%.2fx", rate / srate), "-", "-"});
   add_row({"3 eight children", "supervisor CPU per message vs raw relay", fmt("%.2f us", cpu), fmt("%.2f us", rcpu),
            fmt("%.2fx", cpu / rcpu), "-", "-"});
   add_row({"3 eight children", "loop capacity (1 core / CPU per message)", fmt("%.0f/s", capacity), "50000/s",
