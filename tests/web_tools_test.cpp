@@ -295,3 +295,48 @@ TEST_CASE("web_search asks the SearxNG-compatible endpoint for JSON") {
   CHECK(w->handles("web_fetch"));
   CHECK_FALSE(w->handles("read_file"));
 }
+
+// A child may send all its web requests without waiting for answers. At most
+// max_in_flight_per_child (4) of them run at once; the rest wait their turn, and every one is
+// answered. The twin: the same ten requests from ten children run together (the bound is per child).
+TEST_CASE("one child's fetches run at most four at a time, the rest in order; other children are not held back") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto w = supervisor::make_web_tools(io, test_config(srv));
+  REQUIRE(w->config().max_in_flight_per_child == 4);
+  auto held_max = [&](const std::string& token) {
+    supervisor::http::Request rq;
+    rq.url = srv.base() + "/web/held-max?token=" + token;
+    std::optional<supervisor::http::Response> resp;
+    supervisor::http::Client::of(io).start(rq, [&](supervisor::http::Response r) { resp = std::move(r); });
+    REQUIRE(run_until(io, [&] { return resp.has_value(); }));
+    return std::atoi(resp->body.c_str());
+  };
+  auto flood = [&](const std::string& token, bool one_child) {
+    std::vector<std::string> answers;  // "i", or "i what it said" when it was not the page
+    int ok = 0;
+    for (int i = 0; i < 10; ++i)
+      w->run(one_child ? "child1" : "child" + std::to_string(i), "web_fetch",
+             {{"url", srv.base() + "/web/slow?ms=300&token=" + token + "&i=" + std::to_string(i)}},
+             [&, i](bool good, std::string content) {
+               ok += good;
+               answers.push_back(std::to_string(i) + (content.find("slow") != std::string::npos ? "" : " " + content));
+             });
+    REQUIRE(run_until(io, [&] { return answers.size() == 10; }));
+    CHECK(ok == 10);
+    for (const auto& a : answers) CHECK_MESSAGE(a.find(' ') == std::string::npos, a);
+  };
+  flood("one", true);
+  CHECK(held_max("one") == 4);
+  flood("many", false);
+  CHECK(held_max("many") > 4);
+
+  // forget() drops the waiting calls as well as those in flight: none of them is ever answered.
+  int answered = 0;
+  for (int i = 0; i < 10; ++i)
+    w->run("child2", "web_fetch", {{"url", srv.base() + "/web/slow?ms=200&token=gone&i=" + std::to_string(i)}},
+           [&](bool, std::string) { ++answered; });
+  w->forget("child2");
+  run_until(io, [&] { return answered > 0; }, 1500ms);
+  CHECK(answered == 0);
+}

@@ -478,6 +478,36 @@ std::string WebTools::check_url(const std::string& url, std::string& normalized)
 
 void WebTools::run(const std::string& child_id, const std::string& tool, const json& args,
                    std::function<void(bool, std::string)> done) {
+  Slots& slots = slots_[child_id];
+  if (slots.running >= std::max(1u, cfg_.max_in_flight_per_child)) {
+    slots.waiting.push_back({tool, args, std::move(done)});
+    return;
+  }
+  ++slots.running;
+  // `done` never runs within start() (every answer comes from the loop), so the next waiting call
+  // starts from slot_freed() without recursion.
+  start(child_id, tool, args,
+        [self = shared_from_this(), child_id, done = std::move(done)](bool ok, std::string content) {
+          done(ok, std::move(content));
+          self->slot_freed(child_id);
+        });
+}
+
+void WebTools::slot_freed(const std::string& child_id) {
+  auto it = slots_.find(child_id);
+  if (it == slots_.end()) return;  // forgotten
+  Slots& slots = it->second;
+  if (slots.running > 0) --slots.running;
+  if (!slots.waiting.empty()) {
+    Waiting next = std::move(slots.waiting.front());
+    slots.waiting.pop_front();
+    run(child_id, next.tool, next.args, std::move(next.done));
+  } else if (slots.running == 0) {
+    slots_.erase(it);
+  }
+}
+
+void WebTools::start(const std::string& child_id, const std::string& tool, const json& args, Done done) {
   auto fail_soon = [this, &done](std::string msg) {
     boost::asio::post(io_, [done = std::move(done), msg = std::move(msg)] { done(false, msg); });
   };
@@ -659,6 +689,7 @@ json WebTools::sources_json(const std::string& child_id) const {
 }
 
 void WebTools::forget(const std::string& child_id) {
+  slots_.erase(child_id);
   auto [it, end] = in_flight_.equal_range(child_id);
   for (auto i = it; i != end; ++i) http::Client::of(io_).cancel(i->second);
   in_flight_.erase(it, end);

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -35,6 +36,7 @@ std::mutex mu;
 std::map<std::string, json> seen;     // token -> requests
 std::map<std::string, int> attempts;  // token -> count
 std::map<std::string, json> scripts;  // token -> turns (the "script" scenario)
+std::map<std::string, std::pair<int, int>> held;  // token -> /web/slow requests held now, and the most at once
 int port2 = 0;
 
 struct Req {
@@ -795,6 +797,24 @@ bool web(int fd, const Req& r) {
     write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nsome");
     for (int i = 0; i < 300; ++i) sleep_ms(100);
     return false;
+  }
+  if (p == "/web/slow") {  // answers after ?ms= milliseconds, counting how many of ?token= it holds at once
+    const std::string token = query_param(r.query, "token");
+    {
+      std::lock_guard lk(mu);
+      auto& h = held[token];
+      h.second = std::max(h.second, ++h.first);
+    }
+    sleep_ms(std::atoi(query_param(r.query, "ms").c_str()));
+    {
+      std::lock_guard lk(mu);
+      --held[token].first;
+    }
+    return write_all(fd, response(200, "text/plain", "slow\n"));
+  }
+  if (p == "/web/held-max") {  // the most /web/slow requests of ?token= held at once
+    std::lock_guard lk(mu);
+    return write_all(fd, response(200, "text/plain", std::to_string(held[query_param(r.query, "token")].second)));
   }
   if (p == "/web/search") {
     if (query_param(r.query, "format") != "json")

@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +48,10 @@ struct WebToolsConfig {
   std::string search_endpoint;  // e.g. http://127.0.0.1:8888/search ("" : web_search is unavailable)
   unsigned max_search_results = 8;
   std::size_t max_sources_per_child = 200;
+  // One child's brokered calls (fetches and searches) running at once; more wait in order. A child
+  // may send all its tool requests without waiting for answers: without this bound one research
+  // child could hold up to max_tool_calls fetches of max_fetch_bytes each in the supervisor.
+  unsigned max_in_flight_per_child = 4;
   std::string user_agent = "subagent-supervisor-research/0.1";
 
   // TESTS ONLY. Loopback (127.0.0.0/8, ::1) connections to these ports are allowed, nothing else.
@@ -79,13 +85,17 @@ class WebTools final : public BrokeredTools, public std::enable_shared_from_this
   // Pages a child fetched successfully, oldest first (for its envelope).
   std::vector<WebSource> sources(const std::string& child_id) const;
   nlohmann::json sources_json(const std::string& child_id) const;  // [{url, title, fetched_at}]
-  // Aborts the child's fetches in flight (their `done` is never called) and drops its sources.
+  // Aborts the child's fetches in flight and those waiting for a slot (their `done` is never
+  // called) and drops its sources.
   void forget(const std::string& child_id);
 
   const WebToolsConfig& config() const noexcept { return cfg_; }
 
  private:
   struct Fetch;
+  using Done = std::function<void(bool ok, std::string content)>;
+  void start(const std::string& child_id, const std::string& tool, const nlohmann::json& args, Done done);
+  void slot_freed(const std::string& child_id);
   void fetch_hop(std::shared_ptr<Fetch> f);
   void search(const std::string& child_id, const std::string& query, std::function<void(bool, std::string)> done);
   std::string check_url(const std::string& url, std::string& normalized) const;
@@ -95,6 +105,16 @@ class WebTools final : public BrokeredTools, public std::enable_shared_from_this
   WebToolsConfig cfg_;
   std::map<std::string, std::vector<WebSource>> sources_;
   std::multimap<std::string, std::uint64_t> in_flight_;  // child id -> http transfer id
+  struct Waiting {
+    std::string tool;
+    nlohmann::json args;
+    Done done;
+  };
+  struct Slots {
+    unsigned running = 0;          // calls started and not yet answered
+    std::deque<Waiting> waiting;  // past max_in_flight_per_child, in the order they came
+  };
+  std::map<std::string, Slots> slots_;  // child id -> its calls; gone when it has none
 };
 
 // The usual way to make one (BrokeredTools is held by shared_ptr in SessionConfig::brokered).
