@@ -314,21 +314,19 @@ void ChildSession::decide_tool(proto::ToolRequest& m) {
     deny_tool(m, rule, why, why);
     return;
   }
-  if (!cfg_.approver) {
-    std::string reason = why + ", and no approver is attached, so it is denied";
-    record_decision(m, "deny", rule, reason, /*take_args=*/true);
-    deny_tool(m, "ask: no approver", why, reason);
-    return;
-  }
-  if (approvals_.size() >= kMaxWaitingApprovals) {
-    std::string reason = why + ", and " + std::to_string(approvals_.size()) +
-                         " of this child's approvals are already waiting for the parent, so it is denied";
-    record_decision(m, "deny", rule, reason, /*take_args=*/true);
-    deny_tool(m, "ask: too many waiting", why, reason);
-    return;
-  }
+  if (!cfg_.approver) return deny_ask(m, rule, "ask: no approver", why, "no approver is attached");
+  if (approvals_.size() >= kMaxWaitingApprovals)
+    return deny_ask(m, rule, "ask: too many waiting", why,
+                    std::to_string(approvals_.size()) + " of this child's approvals are already waiting for the parent");
   record_decision(m, "ask", rule, why, /*take_args=*/false);  // the approver is shown them
   ask_approval(m, why);
+}
+
+void ChildSession::deny_ask(proto::ToolRequest& m, const std::string& rule, const char* refused_as,
+                            const std::string& why, const std::string& because) {
+  const std::string reason = why + ", and " + because + ", so it is denied";
+  record_decision(m, "deny", rule, reason, /*take_args=*/true);
+  deny_tool(m, refused_as, why, reason);
 }
 
 void ChildSession::allow_tool(const proto::ToolRequest& req, const std::string& reason) {

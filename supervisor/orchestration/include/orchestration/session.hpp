@@ -179,6 +179,10 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
+  // An "ask" nobody can take now, denied at once as `refused_as`: the reason is the rule's `why`,
+  // "and `because`, so it is denied".
+  void deny_ask(protocol::ToolRequest& m, const std::string& rule, const char* refused_as, const std::string& why,
+                const std::string& because);
   // Refuses tool request `req`: counts it, lists it for the envelope and emits a "denial" event
   // (what run prints on stderr), then tells the child `told`.
   void deny_tool(const protocol::ToolRequest& req, const std::string& rule, const std::string& reason,
