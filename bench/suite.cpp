@@ -151,6 +151,21 @@ std::string welcome_line(const Env &env) {
   return proto::encode_line(w);
 }
 
+// A launch of `exe` (argv[0] included in `argv`) in `workspace`, with `exe` as the one program the
+// child may run, as the supervisor asks for its children.
+sandbox::LaunchRequest launch_request(const fs::path &exe, std::vector<std::string> argv, const fs::path &workspace,
+                                      int in, int out, int err) {
+  sandbox::LaunchRequest req;
+  req.executable = exe.string();
+  req.argv = std::move(argv);
+  req.workspace = workspace;
+  req.child_dir = exe;
+  req.stdin_fd = in;
+  req.stdout_fd = out;
+  req.stderr_fd = err;
+  return req;
+}
+
 // ---- 1. spawn to ready
 // ---------------------------------------------------------------------------
 
@@ -369,15 +384,9 @@ void bench_spawn(const Options &o, const Env &env, asio::io_context &io) {
   sandbox::PlanPtr plan;
   std::vector<double> prepare_us;
   auto prepare_plan = [&](int in, int out) {
-    sandbox::LaunchRequest req;
-    req.executable = exe;
-    req.argv = {exe};
-    req.workspace = env.workspace;
-    req.child_dir = exe;
+    sandbox::LaunchRequest req =
+        launch_request(exe, {exe}, env.workspace, in, out, ::open("/dev/null", O_RDWR | O_CLOEXEC));
     req.extra_env = {"SUBAGENT_CHILD_ID=000000000000"};
-    req.stdin_fd = in;
-    req.stdout_fd = out;
-    req.stderr_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     const auto t0 = Clock::now();
     plan = sandbox::prepare(env.explore->sandbox, req);
     prepare_us.push_back(us_between(t0, Clock::now()));
@@ -774,15 +783,9 @@ FloodResult flood_raw(const Env &env, int children, long n, bool sandboxed = fal
     k.out = std::make_unique<Pipe>();
     std::vector<std::string> argv = {env.bench_child.string(), "pingpong", std::to_string(n), "--raw"};
     if (sandboxed) {
-      sandbox::LaunchRequest req;
-      req.executable = env.bench_child.string();
-      req.argv = argv;
-      req.workspace = env.workspace;
-      req.child_dir = env.bench_child;
+      sandbox::LaunchRequest req = launch_request(env.bench_child, argv, env.workspace, k.in->read, k.out->write,
+                                                  ::open("/dev/null", O_RDWR | O_CLOEXEC));
       req.extra_env = {"SUBAGENT_CHILD_ID=000000000000"};
-      req.stdin_fd = k.in->read;
-      req.stdout_fd = k.out->write;
-      req.stderr_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
       sandbox::Launched l = sandbox::prepare_and_launch(env.explore->sandbox, req);
       ::close(req.stderr_fd);
       k.launched = std::move(l.child);
@@ -1049,15 +1052,9 @@ double cancel_once(asio::io_context &io, const Env &env) {
 // is closed.
 double kill_floor_once(const Env &env) {
   Pipe out;
-  sandbox::LaunchRequest req;
-  req.executable = env.bench_child.string();
-  req.argv = {req.executable, "stubborn", "--raw"};
-  req.workspace = env.workspace;
-  req.child_dir = env.bench_child;
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  req.stdin_fd = null;
-  req.stdout_fd = out.write;
-  req.stderr_fd = null;
+  sandbox::LaunchRequest req = launch_request(env.bench_child, {env.bench_child.string(), "stubborn", "--raw"},
+                                              env.workspace, null, out.write, null);
   sandbox::PlanPtr plan = sandbox::prepare(env.worker->sandbox, req);
   sandbox::Child c = sandbox::launch(*plan);
   ::close(null);
@@ -1133,18 +1130,12 @@ void bench_enforcement(const Options &o, const Env &env, asio::io_context &io) {
 class ToolRunner {
  public:
   ToolRunner(const Env &env, const fs::path &workspace) {
-    sandbox::LaunchRequest req;
-    req.executable = env.tool_runner.string();
-    req.argv = {req.executable};
-    req.workspace = workspace;
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    sandbox::LaunchRequest req =
+        launch_request(env.tool_runner, {env.tool_runner.string()}, workspace, in_.read, out_.write, null);
     // The grep benchmark searches /usr/include, a system directory the workspace guard refuses by
     // default; explore only reads it, which is what the guard's exception is for.
     req.allow_unsafe_workspace = true;
-    req.child_dir = env.tool_runner;
-    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    req.stdin_fd = in_.read;
-    req.stdout_fd = out_.write;
-    req.stderr_fd = null;
     sandbox::PlanPtr plan = sandbox::prepare(env.explore->sandbox, req);
     child_ = sandbox::launch(*plan);
     ::close(null);
