@@ -623,8 +623,7 @@ void WebTools::fetch_hop(std::shared_ptr<Fetch> f) {
   in_flight_.emplace(f->child, f->transfer);
 }
 
-void WebTools::search(const std::string& child_id, const std::string& query,
-                      std::function<void(bool, std::string)> done) {
+void WebTools::search(const std::string& child_id, const std::string& query, Done done) {
   if (cfg_.search_endpoint.empty()) {
     boost::asio::post(io_, [done = std::move(done)] {
       done(false, "web_search is not configured on this supervisor (no search endpoint); use web_fetch on known URLs");

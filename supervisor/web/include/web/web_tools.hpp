@@ -97,7 +97,7 @@ class WebTools final : public BrokeredTools, public std::enable_shared_from_this
   void start(const std::string& child_id, const std::string& tool, const nlohmann::json& args, Done done);
   void slot_freed(const std::string& child_id);
   void fetch_hop(std::shared_ptr<Fetch> f);
-  void search(const std::string& child_id, const std::string& query, std::function<void(bool, std::string)> done);
+  void search(const std::string& child_id, const std::string& query, Done done);
   std::string check_url(const std::string& url, std::string& normalized) const;
   std::string check_endpoint(const boost::asio::ip::tcp::endpoint& ep) const;
 
