@@ -96,17 +96,46 @@ TEST_CASE("a cost budget tightens like the others and is capped by the parent's 
   CHECK(*tighten(c, less, "x").max_cost_usd == 0.25);
 }
 
-TEST_CASE("the input estimate: previous input plus the bytes added since, learning a denser ratio") {
+TEST_CASE("the reservation: the worst case of one token per byte, from the previous call's input") {
+  using nlohmann::json;
+  const json sys = {{"role", "system"}, {"content", std::string(2000, 's')}};
+  const json user = {{"role", "user"}, {"content", "brief"}};
+  const json tools = json::array({{{"name", "read_file"}, {"description", "reads"}}});
+  auto bytes = [](const json& j) { return j.dump().size(); };
+  const std::uint64_t k = InputEstimator::kTokensPerPart;
   InputEstimator e;
-  CHECK(e.estimate(3000, 2) == 1000 + 16);  // 3 bytes a token, 8 per message
-  e.observe(3000, 2, 750);                  // the server counted 4 bytes a token: the ratio stays 3
-  CHECK(e.bytes_per_token() == 3.0);
-  CHECK(e.estimate(6000, 4) == 750 + 1000 + 16);
-  e.observe(6000, 4, 3000);  // 2 bytes a token: the ratio follows
-  CHECK(e.bytes_per_token() == 2.0);
-  CHECK(e.estimate(8000, 6) == 3000 + 1000 + 16);
-  // Shrunk (trimmed): the previous input in proportion.
-  CHECK(e.estimate(3000, 4) == 1500);
+  json msgs = json::array({sys, user});
+  // Before any call: the whole request, a token per byte, plus the overhead of each message and tool.
+  const std::uint64_t whole = bytes(sys) + bytes(user) + bytes(tools) + 4 * k;
+  CHECK(e.reserve(InputEstimator::shape(msgs, tools)) == whole);
+  e.observe(InputEstimator::shape(msgs, tools), 600, 0);  // the server counted far fewer
+
+  // Two messages appended: the previous input plus them, at the worst rate.
+  const json call = {{"role", "assistant"}, {"content", "x"}};
+  const json result = {{"role", "tool"}, {"content", std::string(5000, 'r')}};
+  msgs.push_back(call);
+  msgs.push_back(result);
+  CHECK(e.reserve(InputEstimator::shape(msgs, tools)) == 600 + bytes(call) + bytes(result) + 2 * k);
+  // The wrap-up turn drops the tools: never credited, the same bound.
+  CHECK(e.reserve(InputEstimator::shape(msgs, json::array())) == 600 + bytes(call) + bytes(result) + 2 * k);
+  // Changed tool specs count in full.
+  const json other = json::array({{{"name", "grep"}, {"description", "searches"}}});
+  CHECK(e.reserve(InputEstimator::shape(msgs, other)) == 600 + bytes(call) + bytes(result) + 2 * k + bytes(other) + k);
+  // A message rewritten in the middle: everything from it on is new.
+  json edited = msgs;
+  edited[1]["content"] = "brief, edited";
+  CHECK(e.reserve(InputEstimator::shape(edited, tools)) ==
+        600 + bytes(edited[1]) + bytes(call) + bytes(result) + 3 * k);
+  // Never more than the whole request at the worst rate (a server that counted more than that
+  // breaks the assumption; the bound follows what it reported).
+  e.observe(InputEstimator::shape(msgs, tools), 100000, 0);
+  msgs.push_back(user);
+  CHECK(e.reserve(InputEstimator::shape(msgs, tools)) ==
+        bytes(sys) + 2 * bytes(user) + bytes(call) + bytes(result) + bytes(tools) + 6 * k);
+  // The last call's reasoning may come back as input (thinking blocks): both bounds add it.
+  e.observe(InputEstimator::shape(msgs, tools), 700, 50);
+  msgs.push_back(call);
+  CHECK(e.reserve(InputEstimator::shape(msgs, tools)) == 700 + bytes(call) + k + 50);
 }
 
 TEST_CASE("cost of a call: each kind of input token at its own price") {

@@ -85,18 +85,39 @@ TEST_CASE("a token budget holds inside one streaming call") {
   FakeServer srv;
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
-    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", "2000"});
+    // The first call's reservation: its whole request (system prompt, brief, tool specs) at the worst
+    // case of a token a byte. A budget 600 tokens above it leaves the call 600 output tokens.
+    std::uint64_t first = 0;
+    {
+      auto r = run_with(srv, type, "budget", "e2e-budget-free-" + type, {"--max-steps", "1"});
+      json env = json::parse(r.out, nullptr, false);
+      REQUIRE_MESSAGE(!env.is_discarded(), r.out << r.err);
+      json t = json::parse(std::ifstream(env["transcript"].get<std::string>()), nullptr, false);
+      for (const auto& e : t["events"])
+        if (e["event"] == "model_request") {
+          first = e["estimated_input_tokens"].get<std::uint64_t>();
+          break;
+        }
+      REQUIRE(first > 1000);
+    }
+    const std::uint64_t budget = first + 600;
+    auto r = run_with(srv, type, "budget", "e2e-budget-" + type, {"--max-tokens", std::to_string(budget)});
     json env = json::parse(r.out, nullptr, false);
     REQUIRE_MESSAGE(!env.is_discarded(), r.out << r.err);
     // The server streams 1000 one-token deltas whatever max_tokens says; the supervisor cuts the call
     // at what the budget leaves once the input is reserved, so the total never passes it.
     const auto out = env["usage"]["output_tokens"].get<std::uint64_t>();
-    CHECK(out >= 400);  // the first call's estimated input (system prompt, brief, tool specs) is reserved
-    CHECK(env["usage"]["input_tokens"].get<std::uint64_t>() + out <= 2000);
-    // A cut turn is never an answer: the envelope says so and marks the fragment.
+    json t = json::parse(std::ifstream(env["transcript"].get<std::string>()), nullptr, false);
+    for (const auto& e : t["events"])
+      if (e["event"] == "model_response") {
+        CHECK(e["usage"]["output_tokens"] == 600);  // the first call, cut at what the budget left
+        CHECK(e["finish_reason"] == "budget");
+        break;
+      }
+    CHECK(env["usage"]["input_tokens"].get<std::uint64_t>() + out <= budget);
+    // A cut turn is never an answer: the envelope says so.
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
-    CHECK(env["answer_partial"] == true);
   }
 }
 
@@ -158,13 +179,127 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
     CHECK(env["steps"].get<int>() >= 5);
 
-    // A denser server (2 bytes a token): the first estimate falls short, then the child's own ratio
-    // takes over. The overshoot stays within the documented bound: 2/3 of the bytes added since the
-    // previous call (here at most one tool result of 16,000 bytes plus its call).
+    // A denser server (2 bytes a token): the reservation is the worst case, so it holds as well.
     env = envelope_of(
         run_with(srv, type, "loop:40:2:0", "dense-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
     CHECK(env["status"] == "budget_exhausted");
-    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000 + 2 * 17000 / 3);
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
+  }
+}
+
+TEST_CASE("token budget: exact against a server counting one token per byte, the wrap-up turn included") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    // The server counts every byte of the request as a token, and its answering turn takes every
+    // output token max_tokens allows. Twin: without a budget the same session answers at its 4th call
+    // (8,192 tokens, the provider's cap: cut, so a wrap-up turn of 4,096 follows).
+    auto free = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "exact-free-" + type, {"--child-arg", "--no-trim"}));
+    CHECK(free["steps"] == 5);
+    auto responses = events(transcript_of(free), "model_response");
+    REQUIRE(responses.size() == 5);
+    CHECK(responses[3]["usage"]["output_tokens"] == 8192);
+    std::uint64_t before = 0;  // what the first three calls used
+    for (int i = 0; i < 3; ++i)
+      before += responses[i]["usage"]["input_tokens"].get<std::uint64_t>() +
+                responses[i]["usage"]["output_tokens"].get<std::uint64_t>();
+    const std::uint64_t last_input = responses[3]["usage"]["input_tokens"].get<std::uint64_t>();
+
+    // A budget that leaves the 4th call 1,500 tokens past its input: the call's output cap must make
+    // room for the worst case of its input, or the filled answer passes the budget.
+    const std::uint64_t budget = before + last_input + 1500;
+    auto env = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "exact-" + type,
+                                    {"--max-tokens", std::to_string(budget), "--child-arg", "--no-trim"}));
+    CAPTURE(budget);
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "tokens");
+    CHECK(env["steps"] == 4);
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= budget);
+    // The 4th call ran, cut by what the budget left (its worst case is within a few hundred tokens of
+    // what this server counts), and no wrap-up turn fit after it.
+    responses = events(transcript_of(env), "model_response");
+    REQUIRE(responses.size() == 4);
+    CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() > 1000);
+    CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() <= 1500);
+    CHECK(env["answer_partial"] == true);
+
+    // The attack of issue 33: a budget that stops the session between tool calls. The wrap-up turn's
+    // worst case does not fit either, so none is given: the child reports with what it has, marked
+    // partial, and the total stays within the budget.
+    env = envelope_of(run_with(srv, type, "loop:40:1:0:fill", "exact-wrap-" + type,
+                               {"--max-tokens", "20000", "--child-arg", "--no-trim"}));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "tokens");
+    CHECK(env["reason"].get<std::string>().find("token budget exhausted") != std::string::npos);
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 20000);
+    CHECK(env["answer_partial"] == true);
+    CHECK(env["exit"]["code"] == 0);  // the child sent its final and exited: no kill
+    auto t = transcript_of(env);
+    for (const auto& e : events(t, "model_request")) CHECK(e["wrap_up_turn"] == false);
+    CHECK(events(t, "envelope").size() == 1);
+  }
+}
+
+TEST_CASE("cost budget: exact against a server counting one token per byte, the wrap-up turn included") {
+  FakeServer srv;
+  const json prices = {
+      {"prices", {{"fake-model", {{"input", 3.0}, {"cached_input", 3.0}, {"cache_write", 3.0}, {"output", 15.0}}}}}};
+  for (std::string type : {"openai", "anthropic"}) {
+    CAPTURE(type);
+    // Twin: the same session without a cost budget spends far more than the cap below.
+    auto free = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "cost-free-" + type, {"--child-arg", "--no-trim"},
+                                     json::object(), prices));
+    REQUIRE(free["cost_usd"].is_number());
+    auto responses = events(transcript_of(free), "model_response");
+    REQUIRE(responses.size() == 5);
+    double before = 0;
+    for (int i = 0; i < 3; ++i) before += responses[i]["cost_usd"].get<double>();
+    const double last_input =
+        static_cast<double>(responses[3]["usage"]["input_tokens"].get<std::uint64_t>()) * 3.0 / 1e6;
+    // The 4th call is left its input and 1,500 output tokens' worth.
+    const double cap = before + last_input + 1500 * 15.0 / 1e6;
+    CHECK(free["cost_usd"].get<double>() > cap);
+    auto env = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "cost-exact-" + type,
+                                    {"--max-cost-usd", std::to_string(cap), "--child-arg", "--no-trim"}, json::object(),
+                                    prices));
+    CAPTURE(cap);
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "cost");
+    CHECK(env["steps"] == 4);
+    CHECK(env["cost_usd"].get<double>() <= cap);
+    responses = events(transcript_of(env), "model_response");
+    REQUIRE(responses.size() == 4);
+    CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() > 1000);
+  }
+}
+
+TEST_CASE("the streamed output cap holds to the token, whatever the server reports") {
+  FakeServer srv;
+  for (std::string type : {"openai", "anthropic"}) {
+    for (std::string scenario : {"overrun", "overrun-big"}) {
+      CAPTURE(type);
+      CAPTURE(scenario);
+      // The server streams exactly max_tokens deltas, then reports 80 output tokens more than
+      // max_tokens ("overrun-big": and then 20 MiB of padding, past the response size limit).
+      auto env = envelope_of(run_with(srv, type, scenario, scenario + "-" + type));
+      auto t = transcript_of(env);
+      auto requests = events(t, "model_request");
+      auto responses = events(t, "model_response");
+      REQUIRE(!responses.empty());
+      REQUIRE(requests.size() == responses.size());
+      std::uint64_t allowed = 0;
+      for (std::size_t i = 0; i < responses.size(); ++i) {
+        // The call's cap: what the budget left, at most the provider's max_output_tokens (8,192).
+        const auto cap = std::min<std::uint64_t>(requests[i]["max_tokens"].get<std::uint64_t>(), 8192);
+        const auto out = responses[i]["usage"]["output_tokens"].get<std::uint64_t>();
+        CHECK(out <= cap);
+        CHECK(out == cap);  // what was delivered: all max_tokens of it
+        CHECK(responses[i]["request"]["output_tokens_reported"] == cap + 80);
+        allowed += cap;
+      }
+      CHECK(responses[0]["usage"]["output_tokens"] == 8192);  // the provider's max_output_tokens
+      CHECK(u(env, "output_tokens") <= allowed);
+    }
   }
 }
 

@@ -371,6 +371,7 @@ void StreamingProvider::complete_ok() {
   } else {
     reply.usage.reasoning_tokens = seen_thinking;
   }
+  reply.usage.output_tokens = within_cap(reply.usage.output_tokens);
   reply.usage.reasoning_tokens = std::min(reply.usage.reasoning_tokens, reply.usage.output_tokens);
   reply.usage.cache_read_input_tokens = std::min(st.cache_read_tokens.value_or(0), reply.usage.input_tokens);
   reply.usage.cache_write_input_tokens =
@@ -383,6 +384,15 @@ void StreamingProvider::complete_ok() {
   if (done) done(std::move(reply));  // may destroy this provider: nothing after
 }
 
+std::uint64_t StreamingProvider::within_cap(std::uint64_t output_tokens) {
+  // The server was sent max_tokens = the cap and the stream is cut there by the supervisor's count:
+  // a server reporting more is counted at the cap (it was asked for no more), and the transcript
+  // keeps what it reported. So a call's output never passes the cap the budgets gave it.
+  if (!st_ || !st_->out_cap || output_tokens <= st_->out_cap) return output_tokens;
+  request_notes_["output_tokens_reported"] = output_tokens;
+  return st_->out_cap;
+}
+
 void StreamingProvider::fail(std::string code, std::string message) {
   // Every error names the provider and its host, whichever layer found it.
   if (message.rfind(where(), 0) != 0) message = where() + ": " + message;
@@ -393,7 +403,9 @@ void StreamingProvider::fail(std::string code, std::string message) {
   if (st_) {
     // Tokens the server did produce still count against the budget.
     reply.usage.input_tokens = st_->input_tokens.value_or(0);
-    reply.usage.output_tokens = st_->output_tokens.value_or(count(st_->out_deltas, st_->out_bytes));
+    // What was delivered, or what the server reported if more, never past the call's cap.
+    reply.usage.output_tokens =
+        within_cap(std::max(st_->output_tokens.value_or(0), count(st_->out_deltas, st_->out_bytes)));
     reply.usage.reasoning_tokens =
         std::min(reply.usage.output_tokens, st_->reasoning_tokens.value_or(st_->reasoning_deltas));
     reply.usage.cache_read_input_tokens = std::min(reply.usage.input_tokens, st_->cache_read_tokens.value_or(0));

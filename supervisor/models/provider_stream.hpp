@@ -94,6 +94,8 @@ class StreamingProvider : public ModelProvider {
   void on_done(http::Response r);
   bool retry(std::optional<std::chrono::milliseconds> retry_after, std::string& why_not);
   void complete_ok();
+  // `output_tokens` held to the call's output cap (a server reporting more is noted in the request notes).
+  std::uint64_t within_cap(std::uint64_t output_tokens);
   void fail(std::string code, std::string message);
   std::string scrub(std::string s) const;
   std::string where() const;

@@ -32,14 +32,19 @@ std::uint64_t BudgetMeter::thinking_left() const {
                                                                 : 0;
 }
 
-std::uint64_t BudgetMeter::output_room(std::uint64_t est_input) const {
+std::uint64_t BudgetMeter::output_room(std::uint64_t est_input, Budget* bound) const {
   const std::uint64_t left = tokens_left();
   std::uint64_t room = left > est_input ? left - est_input : 0;
+  if (bound) *bound = Budget::tokens;
   if (budgets_.max_cost_usd && price_) {
     const double money =
         *budgets_.max_cost_usd - cost_usd_ - static_cast<double>(est_input) * worst_input_price(*price_) / 1e6;
     const double out = money <= 0 ? 0 : price_->output > 0 ? money * 1e6 / price_->output : 1e18;
-    room = std::min<std::uint64_t>(room, out >= 1e18 ? UINT64_MAX : static_cast<std::uint64_t>(out));
+    const std::uint64_t buys = out >= 1e18 ? UINT64_MAX : static_cast<std::uint64_t>(out);
+    if (buys < room) {
+      room = buys;
+      if (bound) *bound = Budget::cost;
+    }
   }
   return room;
 }
@@ -48,7 +53,7 @@ std::optional<Exhausted> BudgetMeter::reservation_refusal(std::uint64_t est_inpu
   if (output_room(est_input) >= min_output) return std::nullopt;
   const std::uint64_t left = tokens_left();
   if (left < est_input + min_output)
-    return Exhausted{Budget::tokens, "token budget exhausted: the next call needs about " + std::to_string(est_input) +
+    return Exhausted{Budget::tokens, "token budget exhausted: the next call could need " + std::to_string(est_input) +
                                          " input + " + std::to_string(min_output) + " output tokens and " +
                                          std::to_string(left) + " of " + std::to_string(budgets_.max_tokens) +
                                          " remain (" + std::to_string(usage_.total()) + " used)"};

@@ -8,29 +8,49 @@
 
 namespace supervisor {
 
-std::uint64_t InputEstimator::estimate(std::size_t bytes, std::size_t messages) const {
-  auto tokens = [this](std::size_t b) {
-    return static_cast<std::uint64_t>(std::ceil(static_cast<double>(b) / bytes_per_token_));
-  };
-  if (!have_) return tokens(bytes) + kTokensPerMessage * messages;
-  const std::uint64_t added_messages = messages > messages_ ? messages - messages_ : 0;
-  if (bytes >= bytes_) return input_ + tokens(bytes - bytes_) + kTokensPerMessage * added_messages;
-  // Shrunk: the previous input in proportion, never under what the bytes alone suggest.
-  const auto scaled = static_cast<std::uint64_t>(std::ceil(static_cast<double>(input_) * static_cast<double>(bytes) /
-                                                           static_cast<double>(std::max<std::size_t>(1, bytes_))));
-  return std::max(scaled, tokens(bytes)) + kTokensPerMessage * added_messages;
+InputEstimator::Request InputEstimator::shape(const nlohmann::json& messages, const nlohmann::json& tools) {
+  auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  Request r;
+  r.hashes.reserve(messages.size());
+  r.bytes.reserve(messages.size());
+  for (const auto& m : messages) {
+    std::string text = dump(m);
+    r.hashes.push_back(std::hash<std::string>{}(text));
+    r.bytes.push_back(text.size());
+  }
+  if (!tools.empty()) {
+    std::string text = dump(tools);
+    r.tools_hash = std::hash<std::string>{}(text);
+    r.tools_bytes = text.size();
+    r.tools = tools.size();
+  }
+  return r;
 }
 
-void InputEstimator::observe(std::size_t bytes, std::size_t messages, std::uint64_t input_tokens) {
+std::uint64_t InputEstimator::reserve(const Request& r) const {
+  const std::size_t n = r.bytes.size();
+  std::uint64_t whole = r.tools_bytes + kTokensPerPart * (n + r.tools);
+  for (std::size_t b : r.bytes) whole += b;
+  if (!have_) return whole;
+  // The provider may send the last turn's thinking back with it (Anthropic's signed blocks), which
+  // the neutral messages do not hold: at most what that call reported as reasoning.
+  whole += reasoning_;
+  std::size_t from = 0;
+  while (from < n && from < base_.hashes.size() && base_.hashes[from] == r.hashes[from] &&
+         base_.bytes[from] == r.bytes[from])
+    ++from;
+  std::uint64_t added = kTokensPerPart * (n - from);
+  for (std::size_t i = from; i < n; ++i) added += r.bytes[i];
+  if (r.tools > 0 && (r.tools_hash != base_.tools_hash || r.tools_bytes != base_.tools_bytes))
+    added += r.tools_bytes + kTokensPerPart * r.tools;
+  return std::min(whole, input_ + added + reasoning_);
+}
+
+void InputEstimator::observe(Request r, std::uint64_t input_tokens, std::uint64_t reasoning_tokens) {
   have_ = true;
-  bytes_ = bytes;
-  messages_ = messages;
+  base_ = std::move(r);
   input_ = input_tokens;
-  // A child whose text comes out denser than 3 bytes a token (much punctuation, non-Latin text) gets
-  // its own ratio, so the next estimate does not fall short by the same factor again.
-  if (input_tokens > 0 && bytes > 0)
-    bytes_per_token_ =
-        std::min(bytes_per_token_, std::max(1.0, static_cast<double>(bytes) / static_cast<double>(input_tokens)));
+  reasoning_ = reasoning_tokens;
 }
 
 double cost_of(const protocol::Usage& u, const Price& p) {

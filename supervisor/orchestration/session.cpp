@@ -486,6 +486,9 @@ void ChildSession::finish() {
                                   cfg_.budgets.summary_bytes);
     }
   }
+  // The budget left no wrap-up turn: the model never wrote its report, and the answer is whatever the
+  // child had before (protocol/README.md, "Budgets").
+  if (no_wrap_turn_) e.answer_partial = true;
   if (meter_.price()) e.cost_usd = meter_.cost_usd();
   e.tools_used = tools_used_;
   e.tools_denied = tools_denied_;

@@ -80,10 +80,6 @@ void ChildSession::handle(const proto::Hello& m) {
 }
 
 namespace {
-std::size_t request_bytes(const json& messages, const json& tools) {
-  return messages.dump(-1, ' ', false, json::error_handler_t::replace).size() +
-         (tools.empty() ? 0 : tools.dump(-1, ' ', false, json::error_handler_t::replace).size());
-}
 bool cut_turn(const std::string& finish_reason) { return finish_reason == "length" || finish_reason == "budget"; }
 }  // namespace
 
@@ -112,36 +108,42 @@ void ChildSession::handle(const proto::ModelRequest& m) {
       if (std::find(offered.begin(), offered.end(), name) != offered.end()) tools.push_back(spec);
     }
   }
-  std::size_t bytes = request_bytes(m.messages, tools);
-  std::uint64_t est_input = estimator_.estimate(bytes, m.messages.size());
+  // The reservation is made on what the model will be sent: tool results capped, only offered tools.
+  ModelCall call;
+  call.child_id = cfg_.id;
+  call.messages = m.messages;
+  const std::size_t cut = cap_tool_results(call.messages, cfg_.budgets.tool_result_bytes);
+  InputEstimator::Request shape = InputEstimator::shape(call.messages, tools);
+  std::uint64_t est_input = estimator_.reserve(shape);
   if (state_ == State::running)
     if (auto used_up = meter_.before_model_call(est_input))
       begin_wrap_up(proto::Status::budget_exhausted, used_up->budget, used_up->why);
   const bool wrap_turn = state_ == State::wrapping_up;
   if (wrap_turn) {
     tools = json::array();
-    bytes = request_bytes(m.messages, tools);
-    est_input = estimator_.estimate(bytes, m.messages.size());
+    shape = InputEstimator::shape(call.messages, tools);
+    est_input = estimator_.reserve(shape);
   }
   if (wrap_turn && (wrap_turn_used_ || meter_.reservation_refusal(est_input, kMinOutputTokens))) {
-    // No model turn left to give: the child reports with what it has.
+    // No model turn left to give: the child reports with what it has. Without a wrap-up turn the
+    // model never wrote its report, so the envelope marks the answer partial.
+    if (!wrap_turn_used_) no_wrap_turn_ = true;
     send(proto::ModelError{m.id, "budget_exhausted",
-                           wrap_turn_used_ ? "the wrap-up turn was already used; send your final answer"
-                                           : reason_ + "; no budget is left for a wrap-up turn; send your final "
-                                                       "answer with what you have"});
+                           wrap_turn_used_
+                               ? "the wrap-up turn was already used; send your final answer"
+                               : reason_ + "; no budget is left for a wrap-up turn (it could need " +
+                                     std::to_string(est_input) + " input + " + std::to_string(kMinOutputTokens) +
+                                     " output tokens); send your final answer with what you have"});
     return;
   }
-  ModelCall call;
-  call.child_id = cfg_.id;
-  call.messages = m.messages;
   call.tools = std::move(tools);
-  if (std::size_t cut = cap_tool_results(call.messages, cfg_.budgets.tool_result_bytes))
+  if (cut)
     emit(make_event(EventKind::tool_results_cut,
                     {{"id", m.id}, {"count", cut}, {"tool_result_bytes", cfg_.budgets.tool_result_bytes}}));
   call.max_thinking_tokens = meter_.thinking_left();
   call.wrap_up = wrap_turn;
   call.deadline = started_ + std::chrono::milliseconds(cfg_.budgets.timeout_ms + cfg_.budgets.wrap_up_grace_ms);
-  call.max_tokens = meter_.output_room(est_input);
+  call.max_tokens = meter_.output_room(est_input, &pending_cap_budget_);
   if (wrap_turn) {
     wrap_turn_used_ = true;
     call.max_tokens = std::min(call.max_tokens, kWrapUpTurnTokens);
@@ -150,9 +152,9 @@ void ChildSession::handle(const proto::ModelRequest& m) {
   call.max_tokens = std::max<std::uint64_t>(call.max_tokens, 1);
   meter_.count_step();
   model_in_flight_ = m.id;
-  pending_bytes_ = bytes;
-  pending_messages_ = m.messages.size();
+  pending_shape_ = std::move(shape);
   pending_estimate_ = est_input;
+  pending_max_tokens_ = call.max_tokens;
   // The transcript gets each message the model is sent once, in order, as sent (tool results
   // already capped): the child resends its whole history every turn, so only what is new is
   // recorded, from the first message that differs from what was recorded before.
@@ -188,9 +190,10 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
   if (state_ == State::finishing || state_ == State::done) return;
   const double call_cost = meter_.charge(r.usage);
   if (r.usage.input_tokens > 0 && !r.usage_estimated)
-    estimator_.observe(pending_bytes_, pending_messages_, r.usage.input_tokens);
+    estimator_.observe(std::move(pending_shape_), r.usage.input_tokens, r.usage.reasoning_tokens);
   else if (r.usage.input_tokens > 0)
-    estimator_.observe(pending_bytes_, pending_messages_, std::max(r.usage.input_tokens, pending_estimate_));
+    estimator_.observe(std::move(pending_shape_), std::max(r.usage.input_tokens, pending_estimate_),
+                       r.usage.reasoning_tokens);
   const bool cut = r.ok && cut_turn(r.finish_reason);
   json event =
       make_event(EventKind::model_response,
@@ -226,7 +229,10 @@ void ChildSession::on_model_reply(const std::string& request_id, ModelReply r) {
     // A turn the token cap ended is not an answer: its tool calls are dropped (their arguments may be
     // cut too), and the child is asked to wrap up, with a wrap-up turn if the budget still has one.
     r.tool_calls.clear();
-    begin_wrap_up(proto::Status::budget_exhausted, Budget::tokens,
+    // The cost budget is named when it set the call's cap and the turn reached it; otherwise the
+    // token cap (the budget's or the provider's) ended it.
+    const bool by_cost = pending_cap_budget_ == Budget::cost && r.usage.output_tokens >= pending_max_tokens_;
+    begin_wrap_up(proto::Status::budget_exhausted, by_cost ? Budget::cost : Budget::tokens,
                   std::string("the model's turn was cut by the token cap (") +
                       (r.finish_reason == "budget" ? "the supervisor stopped the stream at the call's output cap of "
                                                    : "the server's finish_reason is length; output cap ") +

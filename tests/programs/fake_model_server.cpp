@@ -240,7 +240,9 @@ bool has_tool_result(const json& body) {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-// ---- the scripted loop: /s/loop:<steps>:<bytes per token>:<thinking per call>/<token>/... ---------
+// ---- the scripted loop: /s/loop:<steps>:<bytes per token>:<thinking per call>[:fill]/<token>/... --
+// With ":fill" the answering turn (no tool call) is as long as the request allows: max_tokens
+// one-token deltas, ended by the token cap (the worst case for a budget: every output token it may).
 // A read-only explore session: until the history holds <steps> tool results the model calls read_file
 // on the next 60-line window of a file of this repository (run it with the repository as workspace),
 // then answers. Usage is computed from the request as a server would: input tokens are the request's
@@ -273,6 +275,7 @@ struct Loop {
   int steps = 40;
   double bpt = 4;
   long think = 0;
+  bool fill = false;
 };
 
 Loop parse_loop(const std::string& scenario) {
@@ -288,6 +291,7 @@ Loop parse_loop(const std::string& scenario) {
   if (parts.size() > 1) l.steps = std::stoi(parts[1]);
   if (parts.size() > 2) l.bpt = std::stod(parts[2]);
   if (parts.size() > 3) l.think = std::stol(parts[3]);
+  if (parts.size() > 4) l.fill = parts[4] == "fill";
   return l;
 }
 
@@ -392,6 +396,7 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                                       "supervisor/orchestration/session.cpp:1 - the session\n";
   const std::string args_text = args.dump();
   const long visible = tokens_of(text.size() + (call ? args_text.size() + 9 : 0), 4);
+  const bool fill = l.fill && !call;
   Sse s(fd);
   if (anthropic) {
     long budget = 0;
@@ -429,8 +434,14 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
     }
     s.event("content_block_start",
             {{"type", "content_block_start"}, {"index", idx}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-    s.event("content_block_delta",
-            {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    if (fill) {
+      for (long i = 0; i < max_tokens - thinking && s.ok; ++i)
+        s.event("content_block_delta",
+                {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", "x "}}}});
+    } else {
+      s.event("content_block_delta",
+              {{"type", "content_block_delta"}, {"index", idx}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+    }
     s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
     ++idx;
     if (call) {
@@ -446,11 +457,14 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                                       {"delta", {{"type", "input_json_delta"}, {"partial_json", args_text}}}});
       s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", idx}});
     }
-    json usage = {{"output_tokens", std::min(max_tokens, visible + thinking)}};
+    json usage = {{"output_tokens", fill ? max_tokens : std::min(max_tokens, visible + thinking)}};
     if (thinking > 0) usage["output_tokens_details"] = {{"thinking_tokens", thinking}};
-    s.event(
-        "message_delta",
-        {{"type", "message_delta"}, {"delta", {{"stop_reason", call ? "tool_use" : "end_turn"}}}, {"usage", usage}});
+    s.event("message_delta", {{"type", "message_delta"},
+                              {"delta",
+                               {{"stop_reason", call   ? "tool_use"
+                                                : fill ? "max_tokens"
+                                                       : "end_turn"}}},
+                              {"usage", usage}});
     s.event("message_stop", {{"type", "message_stop"}});
   } else {
     auto [prompt, cached] = openai_input(body, token, l.bpt);
@@ -464,6 +478,21 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                                      2,
                                  body.value("max_completion_tokens", body.value("max_tokens", 0L)) - visible);
       reasoning = std::max(0L, reasoning);
+    }
+    if (fill) {
+      const long cap = body.value("max_completion_tokens", body.value("max_tokens", 0L));
+      s.data(chunk({{"role", "assistant"}, {"content", ""}}));
+      for (long i = 0; i < cap - reasoning && s.ok; ++i) s.data(chunk({{"content", "x "}}));
+      s.data(chunk(json::object(), "length"));
+      s.data({{"choices", json::array()},
+              {"usage",
+               {{"prompt_tokens", prompt},
+                {"completion_tokens", cap},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}},
+                {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}}}});
+      s.raw("data: [DONE]\n\n");
+      s.end();
+      return s.ok;
     }
     s.data(chunk({{"role", "assistant"}, {"content", text}}));
     if (call)
@@ -719,6 +748,47 @@ bool model(int fd, const Req& r, const std::string& scenario, const std::string&
       s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", 30}, {"completion_tokens", 1000}}}});
       s.raw("data: [DONE]\n\n");
     }
+    s.end();
+    return s.ok;
+  }
+  if (scenario == "overrun" || scenario == "overrun-big") {
+    // Streams exactly max_tokens deltas (each of a few tokens' text, as a server that packs tokens
+    // does), then reports 80 output tokens more than max_tokens. "overrun-big" reports that usage and
+    // then pads the stream with 20 MiB of keep-alive comments, past the response size limit.
+    const long cap = body.value("max_completion_tokens", body.value("max_tokens", 0L));
+    const long in =
+        long(body.value("tools", json::array()).dump().size() + body.value("messages", json::array()).dump().size());
+    const bool big = scenario == "overrun-big";
+    Sse s(fd);
+    if (anthropic) {
+      s.event("message_start",
+              {{"type", "message_start"}, {"message", {{"usage", {{"input_tokens", in}, {"output_tokens", 1}}}}}});
+      s.event("content_block_start",
+              {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+      for (long i = 0; i < cap && s.ok; ++i)
+        s.event(
+            "content_block_delta",
+            {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", "ab cd "}}}});
+      s.event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+      s.event("message_delta", {{"type", "message_delta"},
+                                {"delta", {{"stop_reason", "max_tokens"}}},
+                                {"usage", {{"output_tokens", cap + 80}}}});
+    } else {
+      for (long i = 0; i < cap && s.ok; ++i) s.data(chunk({{"content", "ab cd "}}));
+      s.data(chunk(json::object(), "length"));
+      s.data({{"choices", json::array()}, {"usage", {{"prompt_tokens", in}, {"completion_tokens", cap + 80}}}});
+    }
+    if (big) {
+      std::string block;
+      while (block.size() < (1u << 20)) block += ": " + std::string(1000, 'x') + "\n";
+      for (int i = 0; i < 20 && s.ok; ++i) s.raw(block);
+      s.end();
+      return false;
+    }
+    if (anthropic)
+      s.event("message_stop", {{"type", "message_stop"}});
+    else
+      s.raw("data: [DONE]\n\n");
     s.end();
     return s.ok;
   }

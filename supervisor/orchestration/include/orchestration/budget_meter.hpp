@@ -1,10 +1,10 @@
 // One child's budget use and every check against its budgets, in one place: what it has used (steps,
 // tool calls, the usage providers reported, their cost), what is left, and the reservation that keeps
-// a model call from starting when its estimated input plus a minimum output would pass a budget.
+// a model call from starting when its worst-case input plus a minimum output would pass a budget.
 //
-// Error bound (protocol/README.md, "Budgets"): counts are what providers report; a call is only
-// started when its estimated input (InputEstimator) and `min_output` fit, and its output is capped at
-// what is left, so a child passes max_tokens by at most the estimate's error on the last call's input.
+// Bound (protocol/README.md, "Budgets"): counts are what providers report; a call is only started
+// when its worst-case input (InputEstimator::reserve) and `min_output` fit, and its output is capped
+// at what is left after that input, so tokens and cost never pass their budgets.
 //
 // Errors: none thrown; a refusal is a value (Exhausted) naming the budget and why, in words.
 #pragma once
@@ -49,8 +49,9 @@ class BudgetMeter {
   // Before a tool call while the child runs: the tool-call budget, if it is used up.
   std::optional<Exhausted> before_tool_call() const;
 
-  // What the budgets leave for a call's output once its estimated input is paid for (tokens and cost).
-  std::uint64_t output_room(std::uint64_t est_input) const;
+  // What the budgets leave for a call's output once its worst-case input is paid for (tokens and
+  // cost); `bound`, if given, is set to the budget that sets it.
+  std::uint64_t output_room(std::uint64_t est_input, Budget* bound = nullptr) const;
   std::uint64_t tokens_left() const;
   std::uint64_t thinking_left() const;
 

@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "protocol/messages.hpp"
 #include "models/model_config.hpp"
@@ -17,28 +20,37 @@
 
 namespace supervisor {
 
-// Reservation (protocol/README.md, "Budgets"): the input tokens of the next model call, estimated
-// before it starts, so no call begins that its input could carry past the budget.
+// Reservation (protocol/README.md, "Budgets"): the most input tokens the next model call can be
+// counted, known before it starts, so no call begins that could carry the child past a budget.
 //
-// The estimate is the previous call's reported input plus the bytes added since at `bytes_per_token`
-// (3 to start with, lowered to what this child's calls really showed when that is denser), plus
-// kTokensPerMessage for each new message. Before any call it is all the bytes at that ratio. When
-// the request shrank (trimmed history, no tools in the wrap-up turn) it scales the previous input.
+// Without a tokenizer the bound is the worst case: a provider counts at most one token per byte of
+// the request (its messages and tool specs as JSON) plus kTokensPerPart for each message and each
+// tool spec. The reservation is the smaller of two bounds that both follow from it: the whole request
+// at that rate, and the previous call's reported input plus, at that rate, what is new since (the
+// messages from the first one that differs, and the tool specs if they changed). A request that
+// dropped messages or tools is never credited for them: their share of the previous input is unknown.
+// After a call both bounds add its reasoning tokens, which a provider may send back as input (the
+// thinking blocks of a continued tool-use turn) though the neutral messages do not hold them.
 class InputEstimator {
  public:
-  static constexpr double kDefaultBytesPerToken = 3.0;
-  static constexpr std::uint64_t kTokensPerMessage = 8;
+  static constexpr std::uint64_t kTokensPerPart = 32;
 
-  std::uint64_t estimate(std::size_t request_bytes, std::size_t messages) const;
-  // After a call: what the provider reported for a request of that size.
-  void observe(std::size_t request_bytes, std::size_t messages, std::uint64_t input_tokens);
-  double bytes_per_token() const noexcept { return bytes_per_token_; }
+  // What the estimate needs of one request: each message's hash and size, the tool specs'.
+  struct Request {
+    std::vector<std::size_t> hashes, bytes;
+    std::size_t tools_hash = 0, tools_bytes = 0, tools = 0;
+  };
+  static Request shape(const nlohmann::json& messages, const nlohmann::json& tools);
+
+  // The most input tokens `r` can be counted (see above).
+  std::uint64_t reserve(const Request& r) const;
+  // After a call: what the provider reported for request `r` (its input and reasoning tokens).
+  void observe(Request r, std::uint64_t input_tokens, std::uint64_t reasoning_tokens);
 
  private:
   bool have_ = false;
-  std::size_t bytes_ = 0, messages_ = 0;
-  std::uint64_t input_ = 0;
-  double bytes_per_token_ = kDefaultBytesPerToken;
+  Request base_;
+  std::uint64_t input_ = 0, reasoning_ = 0;
 };
 
 // Cost of one call's usage at `p` (US dollars): uncached input, cache reads, cache writes, output.

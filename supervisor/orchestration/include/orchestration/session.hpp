@@ -246,8 +246,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::optional<std::string> model_in_flight_;
   std::string model_failed_;  // the last model call's error, until a call succeeds
   bool wrap_turn_used_ = false;
+  bool no_wrap_turn_ = false;  // the wrap-up turn was refused: no budget was left for it
   InputEstimator estimator_;
-  std::size_t pending_bytes_ = 0, pending_messages_ = 0;  // of the call in flight
+  InputEstimator::Request pending_shape_;       // of the call in flight
+  Budget pending_cap_budget_ = Budget::tokens;  // which budget set its output cap (tokens or cost)
+  std::uint64_t pending_max_tokens_ = 0;        // and that cap
   std::uint64_t pending_estimate_ = 0;
   bool last_cut_ = false;  // the last completed model turn was cut by the token cap
   std::string cut_text_;
