@@ -106,7 +106,7 @@ TEST_CASE("the reservation: the worst case of one token per byte, from the previ
   InputEstimator e;
   json msgs = json::array({sys, user});
   // Before any call: the whole request, a token per byte, plus the overhead of each message and tool.
-  const std::uint64_t whole = bytes(sys) + bytes(user) + bytes(tools) + 4 * k;
+  const std::uint64_t whole = bytes(sys) + bytes(user) + bytes(tools) + 3 * k;
   CHECK(e.reserve(InputEstimator::shape(msgs, tools)) == whole);
   e.observe(InputEstimator::shape(msgs, tools), 600, 0);  // the server counted far fewer
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -175,7 +176,7 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
         run_with(srv, type, "loop:40:4:0", "res-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
-    CHECK(env["answer_partial"] == false);
+    CHECK(env["answer_partial"] == true);  // the wrap-up turn's worst case did not fit either
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
     CHECK(env["steps"].get<int>() >= 5);
 
@@ -187,47 +188,67 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
   }
 }
 
-TEST_CASE("token budget: exact against a server counting one token per byte, the wrap-up turn included") {
+namespace {
+// What the first `n` calls of a transcript used (input + output tokens), and the input of call n+1.
+std::pair<std::uint64_t, std::uint64_t> used_before(const json& env, std::size_t n) {
+  auto responses = events(transcript_of(env), "model_response");
+  REQUIRE(responses.size() > n);
+  std::uint64_t before = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    before += responses[i]["usage"]["input_tokens"].get<std::uint64_t>() +
+              responses[i]["usage"]["output_tokens"].get<std::uint64_t>();
+  return {before, responses[n]["usage"]["input_tokens"].get<std::uint64_t>()};
+}
+}  // namespace
+
+TEST_CASE("token budget: exact against a worst-case server, the wrap-up turn included") {
   FakeServer srv;
+  // The server counts prose at 4 bytes a token but tool results at a token a byte (dense data), and
+  // its answering turns take every output token max_tokens allows. Each case gives the call under test
+  // 1,500 tokens past its real input: a reservation that falls short lets the call pass the budget.
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
-    // The server counts every byte of the request as a token, and its answering turn takes every
-    // output token max_tokens allows. Twin: without a budget the same session answers at its 4th call
-    // (8,192 tokens, the provider's cap: cut, so a wrap-up turn of 4,096 follows).
-    auto free = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "exact-free-" + type, {"--child-arg", "--no-trim"}));
+    const std::vector<std::string> no_trim = {"--child-arg", "--no-trim"};
+    // A regular call. Twin: without a budget the session answers at its 4th call with all 8,192 tokens
+    // the provider allows (cut, so a wrap-up turn follows).
+    auto free = envelope_of(run_with(srv, type, "loop:3:4:0:fill+dense", "exact-free-" + type, no_trim));
     CHECK(free["steps"] == 5);
-    auto responses = events(transcript_of(free), "model_response");
-    REQUIRE(responses.size() == 5);
-    CHECK(responses[3]["usage"]["output_tokens"] == 8192);
-    std::uint64_t before = 0;  // what the first three calls used
-    for (int i = 0; i < 3; ++i)
-      before += responses[i]["usage"]["input_tokens"].get<std::uint64_t>() +
-                responses[i]["usage"]["output_tokens"].get<std::uint64_t>();
-    const std::uint64_t last_input = responses[3]["usage"]["input_tokens"].get<std::uint64_t>();
-
-    // A budget that leaves the 4th call 1,500 tokens past its input: the call's output cap must make
-    // room for the worst case of its input, or the filled answer passes the budget.
-    const std::uint64_t budget = before + last_input + 1500;
-    auto env = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "exact-" + type,
+    auto [before, input] = used_before(free, 3);
+    std::uint64_t budget = before + input + 1500;
+    auto env = envelope_of(run_with(srv, type, "loop:3:4:0:fill+dense", "exact-" + type,
                                     {"--max-tokens", std::to_string(budget), "--child-arg", "--no-trim"}));
     CAPTURE(budget);
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
-    CHECK(env["steps"] == 4);
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= budget);
-    // The 4th call ran, cut by what the budget left (its worst case is within a few hundred tokens of
-    // what this server counts), and no wrap-up turn fit after it.
-    responses = events(transcript_of(env), "model_response");
-    REQUIRE(responses.size() == 4);
+    auto responses = events(transcript_of(env), "model_response");
+    REQUIRE(responses.size() == 4);  // the 4th call ran, cut at what was left; no wrap-up turn fit after it
     CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() > 1000);
-    CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() <= 1500);
     CHECK(env["answer_partial"] == true);
 
-    // The attack of issue 33: a budget that stops the session between tool calls. The wrap-up turn's
-    // worst case does not fit either, so none is given: the child reports with what it has, marked
-    // partial, and the total stays within the budget.
-    env = envelope_of(run_with(srv, type, "loop:40:1:0:fill", "exact-wrap-" + type,
-                               {"--max-tokens", "20000", "--child-arg", "--no-trim"}));
+    // The wrap-up turn (issue 33: it was given on an estimate that fell short, and passed the budget).
+    // The step budget starts the wrap-up at the 4th request, which becomes the wrap-up turn.
+    const std::vector<std::string> steps = {"--max-steps", "3", "--child-arg", "--no-trim"};
+    free = envelope_of(run_with(srv, type, "loop:40:4:0:fill+dense", "wrap-free-" + type, steps));
+    std::tie(before, input) = used_before(free, 3);
+    budget = before + input + 1500;
+    auto args = steps;
+    args.insert(args.end(), {"--max-tokens", std::to_string(budget)});
+    env = envelope_of(run_with(srv, type, "loop:40:4:0:fill+dense", "wrap-" + type, args));
+    CHECK(env["status"] == "budget_exhausted");
+    CHECK(env["budget"] == "steps");
+    CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= budget);
+    auto requests = events(transcript_of(env), "model_request");
+    REQUIRE(requests.size() == 4);
+    CHECK(requests[3]["wrap_up_turn"] == true);  // given: its worst case fit
+    CHECK(requests[3]["max_tokens"].get<std::uint64_t>() >= 256);
+
+    // A token budget that stops the session between tool calls: the wrap-up turn's worst case does not
+    // fit either, so none is given. The child reports with what it has, marked partial; the total
+    // stays within the budget and the envelope and transcript are whole.
+    args = no_trim;
+    args.insert(args.end(), {"--max-tokens", "20000"});
+    env = envelope_of(run_with(srv, type, "loop:40:4:0:fill+dense", "nowrap-" + type, args));
     CHECK(env["status"] == "budget_exhausted");
     CHECK(env["budget"] == "tokens");
     CHECK(env["reason"].get<std::string>().find("token budget exhausted") != std::string::npos);
@@ -236,19 +257,20 @@ TEST_CASE("token budget: exact against a server counting one token per byte, the
     CHECK(env["exit"]["code"] == 0);  // the child sent its final and exited: no kill
     auto t = transcript_of(env);
     for (const auto& e : events(t, "model_request")) CHECK(e["wrap_up_turn"] == false);
-    CHECK(events(t, "envelope").size() == 1);
+    CHECK(events(t, "final").size() == 1);
+    CHECK(t["envelope"]["answer_partial"] == true);
   }
 }
 
-TEST_CASE("cost budget: exact against a server counting one token per byte, the wrap-up turn included") {
+TEST_CASE("cost budget: exact against a worst-case server") {
   FakeServer srv;
   const json prices = {
       {"prices", {{"fake-model", {{"input", 3.0}, {"cached_input", 3.0}, {"cache_write", 3.0}, {"output", 15.0}}}}}};
   for (std::string type : {"openai", "anthropic"}) {
     CAPTURE(type);
     // Twin: the same session without a cost budget spends far more than the cap below.
-    auto free = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "cost-free-" + type, {"--child-arg", "--no-trim"},
-                                     json::object(), prices));
+    auto free = envelope_of(run_with(srv, type, "loop:3:4:0:fill+dense", "cost-free-" + type,
+                                     {"--child-arg", "--no-trim"}, json::object(), prices));
     REQUIRE(free["cost_usd"].is_number());
     auto responses = events(transcript_of(free), "model_response");
     REQUIRE(responses.size() == 5);
@@ -259,14 +281,15 @@ TEST_CASE("cost budget: exact against a server counting one token per byte, the 
     // The 4th call is left its input and 1,500 output tokens' worth.
     const double cap = before + last_input + 1500 * 15.0 / 1e6;
     CHECK(free["cost_usd"].get<double>() > cap);
-    auto env = envelope_of(run_with(srv, type, "loop:3:1:0:fill", "cost-exact-" + type,
-                                    {"--max-cost-usd", std::to_string(cap), "--child-arg", "--no-trim"}, json::object(),
-                                    prices));
+    char cap_text[64];
+    std::snprintf(cap_text, sizeof cap_text, "%.12f", cap);
+    auto env = envelope_of(run_with(srv, type, "loop:3:4:0:fill+dense", "cost-exact-" + type,
+                                    {"--max-cost-usd", cap_text, "--child-arg", "--no-trim"}, json::object(), prices));
     CAPTURE(cap);
     CHECK(env["status"] == "budget_exhausted");
-    CHECK(env["budget"] == "cost");
+    CHECK(env["budget"] == "cost");  // the turn was cut at the cap the cost budget set
     CHECK(env["steps"] == 4);
-    CHECK(env["cost_usd"].get<double>() <= cap);
+    CHECK(env["cost_usd"].get<double>() <= std::stod(cap_text));
     responses = events(transcript_of(env), "model_response");
     REQUIRE(responses.size() == 4);
     CHECK(responses[3]["usage"]["output_tokens"].get<std::uint64_t>() > 1000);

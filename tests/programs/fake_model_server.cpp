@@ -243,6 +243,8 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 // ---- the scripted loop: /s/loop:<steps>:<bytes per token>:<thinking per call>[:fill]/<token>/... --
 // With ":fill" the answering turn (no tool call) is as long as the request allows: max_tokens
 // one-token deltas, ended by the token cap (the worst case for a budget: every output token it may).
+// With ":dense" (or ":fill+dense") tool results count a token a byte whatever <bytes per token> is,
+// as dense data (numbers, hashes, non-Latin text) does.
 // A read-only explore session: until the history holds <steps> tool results the model calls read_file
 // on the next 60-line window of a file of this repository (run it with the repository as workspace),
 // then answers. Usage is computed from the request as a server would: input tokens are the request's
@@ -275,7 +277,7 @@ struct Loop {
   int steps = 40;
   double bpt = 4;
   long think = 0;
-  bool fill = false;
+  bool fill = false, dense = false;
 };
 
 Loop parse_loop(const std::string& scenario) {
@@ -291,7 +293,10 @@ Loop parse_loop(const std::string& scenario) {
   if (parts.size() > 1) l.steps = std::stoi(parts[1]);
   if (parts.size() > 2) l.bpt = std::stod(parts[2]);
   if (parts.size() > 3) l.think = std::stol(parts[3]);
-  if (parts.size() > 4) l.fill = parts[4] == "fill";
+  if (parts.size() > 4) {
+    l.fill = parts[4].find("fill") != std::string::npos;
+    l.dense = parts[4].find("dense") != std::string::npos;
+  }
   return l;
 }
 
@@ -307,11 +312,15 @@ std::map<std::string, std::map<std::string, bool>> anthropic_cache;  // token ->
 long tokens_of(size_t bytes, double bpt) { return long((double(bytes) + bpt - 1) / bpt); }
 
 // Input usage of an OpenAI request: {prompt_tokens, cached_tokens}.
-std::pair<long, long> openai_input(const json& body, const std::string& token, double bpt) {
+std::pair<long, long> openai_input(const json& body, const std::string& token, double bpt, bool dense) {
   const json& b = body;
   std::string text = b.value("tools", json::array()).dump();
-  for (const auto& m : b.value("messages", json::array())) text += m.dump();
-  const long total = tokens_of(text.size(), bpt);
+  size_t result_bytes = 0;
+  for (const auto& m : b.value("messages", json::array())) {
+    text += m.dump();
+    if (dense && m.value("role", "") == "tool") result_bytes += m.dump().size();
+  }
+  const long total = tokens_of(text.size() - result_bytes, bpt) + long(result_bytes);
   std::lock_guard lk(mu);
   const std::string key = token + "|" + b.value("prompt_cache_key", std::string());
   size_t best = 0;
@@ -327,7 +336,7 @@ std::pair<long, long> openai_input(const json& body, const std::string& token, d
 }
 
 // Input usage of an Anthropic request: {uncached input, cache writes, cache reads}.
-std::tuple<long, long, long> anthropic_input(const json& body, const std::string& token, double bpt) {
+std::tuple<long, long, long> anthropic_input(const json& body, const std::string& token, double bpt, bool dense) {
   std::vector<std::pair<std::string, bool>> blocks;  // serialized block (markers stripped), breakpoint?
   auto add = [&](json block) {
     const bool bp = block.is_object() && block.contains("cache_control");
@@ -348,6 +357,16 @@ std::tuple<long, long, long> anthropic_input(const json& body, const std::string
     else
       for (const auto& b : m["content"]) add(b);
   }
+  size_t result_bytes = 0;
+  if (dense)
+    for (const auto& m : body.value("messages", json::array()))
+      if (m["content"].is_array())
+        for (const auto& b : m["content"])
+          if (b.is_object() && b.value("type", "") == "tool_result") {
+            json c = b;
+            strip_cache_control(c);
+            result_bytes += c.dump().size();
+          }
   std::string prefix;
   size_t read_bytes = 0, write_end = 0;
   std::vector<std::string> written;
@@ -364,7 +383,7 @@ std::tuple<long, long, long> anthropic_input(const json& body, const std::string
     write_end = prefix.size();
   }
   for (auto& w : written) cache[w] = true;
-  const long total = tokens_of(prefix.size(), bpt);
+  const long total = tokens_of(prefix.size() - result_bytes, bpt) + long(result_bytes);
   const long from_cache = long(double(read_bytes) / bpt);
   const long to_cache = write_end > read_bytes ? long(double(write_end - read_bytes) / bpt) : 0;
   return {std::max(0L, total - from_cache - to_cache), to_cache, from_cache};
@@ -404,7 +423,7 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
       budget = t->value("budget_tokens", 0L);
     const long thinking = std::min(budget, l.think);
     const long max_tokens = body.value("max_tokens", 0L);
-    auto [in, cache_write, cache_read] = anthropic_input(body, token, l.bpt);
+    auto [in, cache_write, cache_read] = anthropic_input(body, token, l.bpt, l.dense);
     s.event("message_start", {{"type", "message_start"},
                               {"message",
                                {{"id", "msg_loop"},
@@ -467,7 +486,7 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                               {"usage", usage}});
     s.event("message_stop", {{"type", "message_stop"}});
   } else {
-    auto [prompt, cached] = openai_input(body, token, l.bpt);
+    auto [prompt, cached] = openai_input(body, token, l.bpt, l.dense);
     long reasoning = 0;
     if (body.contains("reasoning_effort")) {
       const std::string e = body["reasoning_effort"];
