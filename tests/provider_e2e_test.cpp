@@ -180,9 +180,10 @@ TEST_CASE("reservation: with the input growing every step, usage never passes th
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
     CHECK(env["steps"].get<int>() >= 5);
 
-    // A denser server (2 bytes a token): the reservation is the worst case, so it holds as well.
+    // The densest server (a token a byte of the whole request): the reservation is that worst case,
+    // so it holds as well.
     env = envelope_of(
-        run_with(srv, type, "loop:40:2:0", "dense-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
+        run_with(srv, type, "loop:40:1:0", "dense-" + type, {"--max-tokens", "60000", "--child-arg", "--no-trim"}));
     CHECK(env["status"] == "budget_exhausted");
     CHECK(u(env, "input_tokens") + u(env, "output_tokens") <= 60000);
   }
