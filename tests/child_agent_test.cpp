@@ -122,18 +122,20 @@ TEST_CASE("trimming with the defaults: each result whole in exactly one request;
   std::vector<std::string> sent;  // each request's messages, serialized one by one
   std::vector<std::size_t> whole(40, 0);
   std::size_t last_assistant = 0;  // index of the previous request's last assistant message
+  std::size_t wide = 0;            // trims that replaced more than one result
   for (std::size_t k = 0; k < 40; ++k) {
     auto next = history(k + 1);
     for (std::size_t i = 0; i < m.size(); ++i) next[i] = m[i];
     m = next;
-    t.trim(m);
+    const std::size_t replaced = t.trim(m);
+    if (replaced > 1) ++wide;
     for (std::size_t i = 0; i < m.size(); ++i)
       if (m[i]["role"] == "tool" && m[i]["content"].get<std::string>().size() == 3000) ++whole[(i - 3) / 2];
     std::vector<std::string> now;
     for (const auto& x : m) now.push_back(x.dump());
-    // Everything up to the previous request's last assistant turn is sent again unchanged: the trim
-    // starts only at that turn's result, which the previous request sent whole.
-    if (!sent.empty())
+    // After the first trim, everything up to the previous request's last assistant turn is sent again
+    // unchanged: the trim starts only at that turn's result, which the previous request sent whole.
+    if (!sent.empty() && replaced <= 1)
       for (std::size_t i = 0; i <= last_assistant; ++i)
         CHECK_MESSAGE(now[i] == sent[i], "request " << k << " message " << i);
     sent = now;
@@ -150,4 +152,5 @@ TEST_CASE("trimming with the defaults: each result whole in exactly one request;
   }
   CHECK(m[m.size() - 1]["content"].get<std::string>().size() == 3000);
   CHECK(stubs(m) == 39);
+  CHECK(wide == 1);  // only the first trim reached back further than the previous request's result
 }
