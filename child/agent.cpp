@@ -138,7 +138,8 @@ class Agent {
     std::vector<std::string> names;
     for (const auto& spec : task_.tools) names.push_back(spec.value("name", ""));
     json messages = json::array();
-    messages.push_back({{"role", "system"}, {"content", system_prompt(task_.preset, task_.workspace, names)}});
+    messages.push_back({{"role", "system"},
+                        {"content", system_prompt(task_.preset, task_.workspace, names, trimmer_.options().enabled)}});
     std::string user = task_.brief;
     if (!task_.description.empty()) user = "Task: " + task_.description + "\n\n" + user;
     messages.push_back({{"role", "user"}, {"content", user}});
@@ -275,14 +276,17 @@ class Agent {
 }  // namespace
 
 std::string system_prompt(const std::string& preset, const std::string& workspace,
-                          const std::vector<std::string>& tools) {
+                          const std::vector<std::string>& tools, bool trims) {
   std::string list;
   for (const auto& t : tools) list += (list.empty() ? "" : ", ") + t;
   return "You are a focused sub-agent (preset: " + preset + ") working in the workspace " + workspace +
          ". You run in a sandbox: you can use only these tools: " + (list.empty() ? "none" : list) +
          ". Paths are relative to the workspace. Work on the task you are given and nothing else; be "
-         "economical with tool calls. When you are done, reply without tool calls, using exactly these "
-         "sections:\n"
+         "economical with tool calls. " +
+         std::string(trims ? "Once seen, a tool result may later be replaced by a short stub: note in your "
+                             "replies what you need from it, or repeat the call. "
+                           : "") +
+         "When you are done, reply without tool calls, using exactly these sections:\n"
          "## Summary\n(two or three sentences)\n"
          "## What I did or found\n"
          "## Evidence\n(one bullet per reference, as path:line — what it shows)\n"

@@ -16,12 +16,13 @@ int main(int argc, char** argv) {
         "The reference child agent of subagent-supervisor. It is started by the supervisor inside a\n"
         "sandbox and speaks the JSON-lines protocol v1 (protocol/README.md) on stdin and stdout.\n"
         "\n"
-        "Context trimming (docs/models.md): once the history passes a threshold, results of tool turns\n"
-        "older than the newest few become a stub naming the tool, its arguments and the result's size.\n"
+        "Context trimming (docs/models.md): once the history has passed a threshold, the results of tool\n"
+        "turns older than the newest few become a stub naming the tool and the result's size (repeat the\n"
+        "call to see it again).\n"
         "  --no-trim                  never trim\n"
-        "  --trim-threshold-bytes N   history size that starts a trim (default 16000)\n"
-        "  --trim-keep-turns N        newest tool turns kept whole (default 1)\n"
-        "  --trim-block N             the trim boundary moves N tool turns at a time (default 4)");
+        "  --trim-threshold-bytes N   history size that starts trimming, for good (default 8000)\n"
+        "  --trim-keep-turns N        newest tool turns kept whole (default 1, at least 1)\n"
+        "  --trim-block N             the trim boundary moves N tool turns at a time (default 1)");
     return 0;
   }
   child::TrimOptions trim;

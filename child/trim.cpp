@@ -7,11 +7,8 @@ namespace child {
 
 using nlohmann::json;
 
-std::string trim_stub(const std::string& tool, const json& arguments, std::size_t result_bytes) {
-  std::string args = arguments.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (args.size() > 200) args = args.substr(0, 200) + "...";
-  return "[trimmed to save context: " + tool + " " + args + " returned " + std::to_string(result_bytes) +
-         " bytes; call it again if you need them]";
+std::string trim_stub(const std::string& tool, std::size_t result_bytes) {
+  return "[trimmed " + std::to_string(result_bytes) + " bytes: repeat this " + tool + " call]";
 }
 
 std::size_t Trimmer::trim(json& messages) {
@@ -34,7 +31,13 @@ std::size_t Trimmer::trim(json& messages) {
   const std::size_t block = o_.block ? o_.block : 1;
   const std::size_t want = turns - o_.keep_turns;
   if (want < boundary_ + block) return 0;
-  if (messages.dump().size() <= o_.threshold_bytes) return 0;
+  // The threshold starts trimming; from then on it goes on every turn (a history trimmed back under
+  // the threshold would otherwise grow whole results again until the next pass, each read again from
+  // the cache on every request in between).
+  if (!started_) {
+    if (messages.dump().size() <= o_.threshold_bytes) return 0;
+    started_ = true;
+  }
   std::size_t replaced = 0;
   for (auto& m : messages) {
     if (!m.is_object() || m.value("role", "") != "tool") continue;
@@ -44,14 +47,10 @@ std::size_t Trimmer::trim(json& messages) {
     if (!content || !content->is_string()) continue;
     const std::string& text = content->get_ref<const std::string&>();
     if (text.size() < o_.min_result_bytes || text.rfind("[trimmed", 0) == 0) continue;
-    json args = json::object();
     std::string tool = m.value("name", "tool");
     for (const auto& c : messages[it->second.second]["tool_calls"])
-      if (c.value("id", "") == m.value("tool_call_id", "")) {
-        args = c.value("arguments", json::object());
-        tool = c.value("name", tool);
-      }
-    m["content"] = trim_stub(tool, args, text.size());
+      if (c.value("id", "") == m.value("tool_call_id", "")) tool = c.value("name", tool);
+    m["content"] = trim_stub(tool, text.size());
     ++replaced;
   }
   boundary_ = want;
@@ -75,9 +74,11 @@ TrimOptions parse_trim_flags(const std::vector<std::string>& args) {
       o.enabled = false;
     else if (f == "--trim-threshold-bytes")
       o.threshold_bytes = number(f, value());
-    else if (f == "--trim-keep-turns")
+    else if (f == "--trim-keep-turns") {
       o.keep_turns = number(f, value());
-    else if (f == "--trim-block") {
+      // 0 would stub a result before the model saw it.
+      if (o.keep_turns == 0) throw std::invalid_argument("--trim-keep-turns must be at least 1");
+    } else if (f == "--trim-block") {
       o.block = number(f, value());
       if (o.block == 0) throw std::invalid_argument("--trim-block must be at least 1");
     } else {

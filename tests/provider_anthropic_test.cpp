@@ -418,9 +418,67 @@ TEST_CASE("anthropic: after the history changes in the middle (a trim), the unch
   CHECK(replies[3].usage.cache_read_input_tokens + 100 >= replies[2].usage.input_tokens);
   // The second trim changes the history from turn 2 on: the anchor left by the first trim (the last
   // message before it, marked from request 2 on) is read back: more than the system prompt.
-  CHECK(replies[2].request["cache_breakpoints"] == json::array({"system", "message 1", "message 12"}));
+  // (message 11, the last assistant message, with a breakpoint left: see the next test.)
+  CHECK(replies[2].request["cache_breakpoints"] == json::array({"system", "message 1", "message 11", "message 12"}));
   CHECK(replies[4].request["cache_breakpoints"][1] == "message 1");
   CHECK(replies[4].usage.cache_read_input_tokens > replies[2].usage.cache_read_input_tokens);
+}
+
+TEST_CASE("anthropic: a child that stubs each result once seen: it is sent once, uncached, and not written") {
+  FakeServer srv;
+  boost::asio::io_context io;
+  auto cfg = config(srv.scenario("loop:20:4:0", "seen"));
+  cfg.thinking = false;
+  auto p = supervisor::make_anthropic_provider(io, cfg, kKey);
+  auto stub = [](json h, std::size_t upto) {
+    for (std::size_t k = 0; k < upto; ++k) h[3 + 2 * k]["content"] = "[trimmed " + std::to_string(k) + "]";
+    return h;
+  };
+  // A first trim (everything but the newest result), then, on every request, the result the previous
+  // request ended with becomes a stub: the reference child's default trimming.
+  std::vector<json> requests = {loop_history(4), stub(loop_history(5), 4)};
+  for (std::size_t t = 6; t <= 9; ++t) requests.push_back(stub(loop_history(t), t - 1));
+  std::vector<supervisor::ModelReply> replies;
+  for (const auto& h : requests) {
+    supervisor::ModelCall mc;
+    mc.messages = h;
+    mc.tools = kReadFile;
+    mc.max_tokens = 4000;
+    p->cancel();
+    replies.push_back(call(io, *p, mc));
+    REQUIRE_MESSAGE(replies.back().ok, replies.back().error_message);
+  }
+  json seen = inspect(io, srv, "seen");
+  REQUIRE(seen.size() == requests.size());
+  auto marked = [](const json& m) { return m["content"].back().contains("cache_control"); };
+  // The first trim changed the history further back: its end is written, and its last assistant
+  // message too (the breakpoint the next request reads back).
+  const json& first = seen[1]["body"]["messages"];
+  CHECK(marked(first.back()));
+  CHECK(marked(first[first.size() - 2]));
+  for (std::size_t r = 2; r < requests.size(); ++r) {
+    CAPTURE(r);
+    const json& msgs = seen[r]["body"]["messages"];
+    std::size_t marks = 0;
+    for (const auto& m : msgs)
+      for (const auto& blk : m["content"]) marks += blk.contains("cache_control");
+    CHECK(marks <= 3);                     // with the system's: at most four
+    CHECK_FALSE(marked(msgs.back()));      // the new result: not written
+    CHECK(marked(msgs[msgs.size() - 2]));  // the last assistant message: written
+    const auto& u = replies[r].usage;
+    const auto& before = replies[r - 1].usage;
+    // Everything the previous request read or wrote is read back (after the first trim: all but the
+    // result it wrote, now a stub); the new result (3,000 bytes, 750 tokens, in its user message) is
+    // the only uncached input.
+    if (r == 2)
+      CHECK(u.cache_read_input_tokens + 800 >= before.cache_read_input_tokens + before.cache_write_input_tokens);
+    else
+      CHECK(u.cache_read_input_tokens + 2 >= before.cache_read_input_tokens + before.cache_write_input_tokens);
+    const auto uncached = u.input_tokens - u.cache_read_input_tokens - u.cache_write_input_tokens;
+    CHECK(uncached >= 750);
+    CHECK(uncached < 800);
+    CHECK(u.cache_write_input_tokens < 100);  // the stub and the new assistant message
+  }
 }
 
 TEST_CASE("anthropic: a turn ended by max_tokens is reported as length, its cut tool call dropped") {

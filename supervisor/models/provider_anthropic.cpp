@@ -291,8 +291,15 @@ class AnthropicProvider final : public detail::StreamingProvider {
   //    in the middle (the child trimmed old results). Marked on every request since, so the next
   //    trim, which starts after it, reads everything up to it back;
   //  - the end of the history this request shares with the previous one (read back: normally the
-  //    previous request's end);
-  //  - the end of this request (written for the next one).
+  //    previous request's end, or its last assistant message);
+  //  - the end of this request (written for the next one), and, when a breakpoint is left, the last
+  //    assistant message: where the history changes next when the child replaces the results it
+  //    has just been shown by stubs (the reference child's default trimming), so the next request
+  //    reads everything before those results back.
+  //  Once the child has done that (this request changes the history exactly at the results after the
+  //  previous request's last assistant message), the results after this request's last assistant
+  //  message are not written to the cache: the next request will not send them again, so they cost
+  //  the plain input price once instead of a cache write that is never read.
   void place_breakpoints(json& tools, const std::string& system, json& messages, json& where) {
     const json ephemeral = {{"type", "ephemeral"}};
     if (!tools.empty() && system.empty()) {
@@ -322,10 +329,20 @@ class AnthropicProvider final : public detail::StreamingProvider {
     };
     const std::size_t n = messages.size();
     if (n == 0) return;
+    std::optional<std::size_t> last_assistant;
+    for (std::size_t i = n; i-- > 0;)
+      if (messages[i].value("role", "") == "assistant") {
+        last_assistant = i;
+        break;
+      }
+    const bool trims_seen = changed_inside && prev_last_assistant_ && common == *prev_last_assistant_ + 1;
+    prev_last_assistant_ = last_assistant;
     if (anchor_ && *anchor_ >= common) anchor_.reset();  // the anchor itself changed
     if (anchor_) mark(*anchor_);
     if (common > 0 && common < n) mark(common - 1);
     if (changed_inside && common > 0) anchor_ = common - 1;
+    if (trims_seen && last_assistant && *last_assistant + 1 < n && mark(*last_assistant)) return;
+    if (last_assistant && *last_assistant + 1 < n && where.size() < 3) mark(*last_assistant);
     mark(n - 1);
   }
 
@@ -368,6 +385,7 @@ class AnthropicProvider final : public detail::StreamingProvider {
   std::map<std::string, json> thinking_;
   std::vector<std::string> prev_;      // the previous request's messages, serialized (where the cache ends)
   std::optional<std::size_t> anchor_;  // see place_breakpoints
+  std::optional<std::size_t> prev_last_assistant_;  // the previous request's last assistant message
 };
 
 }  // namespace

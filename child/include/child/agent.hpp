@@ -30,8 +30,8 @@ Report parse_report(const std::string& model_text);
 std::string render_report(const Report& r);
 nlohmann::json to_json(const Report& r);
 
-// The system prompt the child gives its model.
+// The system prompt the child gives its model; `trims`: the child trims old tool results (it says so).
 std::string system_prompt(const std::string& preset, const std::string& workspace,
-                          const std::vector<std::string>& tools);
+                          const std::vector<std::string>& tools, bool trims = false);
 
 }  // namespace child
