@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine: installs what is missing, builds, then runs one of
-#   demo    the README's demo: a real explore child reads and greps this repository and reports
+#   demo    the README's demo: a real explore child reads and greps this repository and reports.
+#           Installs only what the programs and their build need and builds only the two programs
+#           the demo runs (subagent-supervisor with its core, subagent-child)
 #   test    the whole test suite (CTest), the sandbox and run CLI tests again as an unprivileged
 #           user (scripts/unprivileged.sh), then the sanitizer builds and short fuzz runs
-#           (scripts/sanitize.sh, scripts/fuzz.sh)
-#   test-quick  the test suite only
-#   build   just the build
-# As root it uses apt-get directly; as a normal user it asks sudo for the install step only.
+#           (scripts/sanitize.sh, scripts/fuzz.sh). Installs the rest (Node.js and npm for the MCP
+#           SDK tests, clang-16 and its sanitizer runtime for the sanitizer builds) and builds everything
+#   test-quick  the test suite only (installs and builds as `test` does)
+#   build   just the build, of everything (the programs' packages only)
+# All of them share one build directory ($SUBAGENT_BUILD_DIR, build/): `test` after `demo` builds
+# only what the demo did not. As root it uses apt-get directly; as a normal user it asks sudo for the
+# install step only.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,13 +19,25 @@ cd "$here"
 action=${1:-build}
 build_dir=${SUBAGENT_BUILD_DIR:-$here/build}
 
+case "$action" in
+  build | demo | test | test-quick) ;;
+  *)
+    echo "usage: scripts/setup.sh [build|demo|test|test-quick]" >&2
+    exit 64
+    ;;
+esac
+
+# What the programs and their build need (doctest-dev: a header the configure step looks for).
 packages=(
   g++ cmake ninja-build pkg-config ccache git
   libboost1.81-dev nlohmann-json3-dev libseccomp-dev libcurl4-openssl-dev libssl-dev
   doctest-dev libre2-dev libgumbo-dev
-  nodejs
-  clang-16 libclang-rt-16-dev llvm-16
 )
+# What only the tests need: Node.js for the MCP SDK tests, clang-16 and its sanitizer runtime
+# (llvm-16 for the symbolizer) for scripts/sanitize.sh and scripts/fuzz.sh.
+if [[ $action == test* ]]; then
+  packages+=(nodejs clang-16 libclang-rt-16-dev llvm-16)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -37,7 +54,7 @@ if ((${#missing[@]})); then
 fi
 
 # Debian's own nodejs comes without npm (NodeSource's includes it); the MCP tests need npm once.
-if ! command -v npm >/dev/null; then
+if [[ $action == test* ]] && ! command -v npm >/dev/null; then
   sudo=()
   if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
   "${sudo[@]}" apt-get update -qq
@@ -45,10 +62,18 @@ if ! command -v npm >/dev/null; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-if [ ! -f "$build_dir/build.ninja" ]; then
-  cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Configured again when packages were installed: the tests' configure step looks for node.
+# SUBAGENT_UNITY: each library compiled as one unit, about half the compile CPU of one unit per file
+# (bench/README.md, "Build time").
+if [ ! -f "$build_dir/build.ninja" ] || ((${#missing[@]})); then
+  cmake -S "$here" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSUBAGENT_UNITY=ON
 fi
-cmake --build "$build_dir" -j "$jobs"
+if [ "$action" = demo ]; then
+  # The lean program depends on its core; the seccomp table they link is generated on the way.
+  cmake --build "$build_dir" -j "$jobs" --target subagent-supervisor subagent-child
+else
+  cmake --build "$build_dir" -j "$jobs"
+fi
 
 # The MCP tests drive `subagent-supervisor mcp` with the official MCP TypeScript SDK, at the version
 # tests/mcp/package-lock.json pins.
@@ -75,9 +100,5 @@ case "$action" in
     ;;
   test-quick)
     exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
-    ;;
-  *)
-    echo "usage: scripts/setup.sh [build|demo|test|test-quick]" >&2
-    exit 64
     ;;
 esac
