@@ -12,8 +12,9 @@ namespace fs = std::filesystem;
 const char* const kFrontEndFlagsHelp =
     R"(  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
   --workspace DIR          default workspace for spawns that name none (default: the current directory)
-  --allow-unsafe-workspace let "/", the home directory itself or a system directory (/etc, /usr, ...)
-                           be a workspace (refused by default; see policies/README.md)
+  --allow-unsafe-workspace let "/", the home directory itself, a system directory (/etc, /usr, ...)
+                           or a credential directory (~/.ssh, ~/.aws, ~/.config, ...) be a workspace
+                           (refused by default; see policies/README.md)
   --policy-dir DIR         where presets are read from
   --child PATH             the child program (default: the subagent-child installed with this executable)
   --child-arg ARG          an argument for the child program (repeatable)

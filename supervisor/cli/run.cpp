@@ -40,7 +40,8 @@ Runs one child agent under its preset's sandbox and prints one result envelope (
 Required:
   --preset NAME            preset from the policy directory (explore, ...), or a path to a policy file
   --workspace DIR          the directory the child works in (must exist; "/", the home directory
-                           itself and system directories such as /etc or /usr are refused unless
+                           itself, system directories such as /etc or /usr and credential
+                           directories such as ~/.ssh, ~/.aws or ~/.config are refused unless
                            --allow-unsafe-workspace is given)
   --brief TEXT             the child's task; --brief-file FILE reads it from a file ("-" for stdin)
   --model SPEC             the model: openai:MODEL, anthropic:MODEL, a provider named in the model
