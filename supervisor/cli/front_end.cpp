@@ -83,7 +83,7 @@ bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) 
   return true;
 }
 
-void finish_front_end(FrontEndOptions& o) {
+void finish_front_end(FrontEndOptions& o, const char* command) {
   HubConfig& b = o.base;
   if (b.max_concurrent == 0 || b.max_concurrent > kMaxConcurrentCeiling)
     throw UsageError("--max-concurrent must be 1.." + std::to_string(kMaxConcurrentCeiling));
@@ -117,6 +117,7 @@ void finish_front_end(FrontEndOptions& o) {
                                                                           : default_audit_file()},
                                        scrubber);
   b.child_executable = o.child.empty() ? default_child_executable() : fs::absolute(o.child);
+  register_supervisor(b, command);  // before the loop runs: recovery may run git
 }
 
 }  // namespace supervisor::cli

@@ -20,6 +20,7 @@
 #include "orchestration/budgets.hpp"
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
+#include "cli/front_end.hpp"
 #include "orchestration/hub.hpp"
 #include "cli/install_layout.hpp"
 #include "records/scrub.hpp"
@@ -371,6 +372,7 @@ int cmd_run(Args args) {
                                                      : hc.transcripts    ? hc.transcripts->dir() / "audit.jsonl"
                                                                          : default_audit_file()},
                                         scrubber);
+  register_supervisor(hc, "run");
   if (tty) {
     hc.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",
