@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -66,22 +67,29 @@ std::vector<json> audit_lines(const fs::path& file, const std::string& event) {
   return out;
 }
 
-// The per-launch cgroups of supervisor `pid` ("<pid>-<n>" under a subagent-sandbox directory).
+// The per-launch cgroups of supervisor `pid` ("<pid>-<n>" under a subagent-sandbox directory of
+// each hierarchy, below this process's own cgroup there or at the hierarchy's root).
 std::vector<fs::path> cgroups_of(pid_t pid) {
   std::vector<fs::path> out;
   const std::string prefix = std::to_string(pid) + "-";
-  std::error_code ec;
-  fs::recursive_directory_iterator it("/sys/fs/cgroup", fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    if (it.depth() > 6 || !it->is_directory(ec)) {
-      it.disable_recursion_pending();
-      continue;
+  std::vector<fs::path> parents = {"/sys/fs/cgroup/subagent-sandbox"};
+  std::ifstream self("/proc/self/cgroup");
+  for (std::string line; std::getline(self, line);) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string ctrls = line.substr(a + 1, b - a - 1), own = line.substr(b + 1);
+    if (ctrls.rfind("name=", 0) == 0) continue;
+    for (const fs::path& dir : {fs::path("/sys/fs/cgroup") / ctrls, fs::path("/sys/fs/cgroup")}) {
+      parents.push_back(dir / "subagent-sandbox");
+      parents.push_back((dir / own.substr(1)) / "subagent-sandbox");
     }
-    const std::string name = it->path().filename().string();
-    if (it->path().parent_path().filename() == "subagent-sandbox" && name.rfind(prefix, 0) == 0)
-      out.push_back(it->path());
-    if (name.rfind(prefix, 0) == 0) it.disable_recursion_pending();
   }
+  std::error_code ec;
+  for (const fs::path& parent : parents)
+    for (const auto& e : fs::directory_iterator(parent, ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0 &&
+          std::find(out.begin(), out.end(), e.path()) == out.end())
+        out.push_back(e.path());
   return out;
 }
 
@@ -114,7 +122,12 @@ TEST_CASE("SIGKILL with one child running and one queued: recover marks both aba
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(read_json(transcript)["status"] == "running");
   const pid_t pid = s.pid();
-  const auto cgroups_before = cgroups_of(pid);
+  // Its per-launch cgroups, once the child is launched in them (the transcript is opened before).
+  auto cgroups_before = cgroups_of(pid);
+  for (int i = 0; i < 300 && cgroups_before.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    cgroups_before = cgroups_of(pid);
+  }
 
   const int status = s.kill_and_reap(SIGKILL);
   REQUIRE(WIFSIGNALED(status));
@@ -148,7 +161,10 @@ TEST_CASE("SIGKILL with one child running and one queued: recover marks both aba
   CHECK_FALSE(fs::exists(s.transcript_dir() / ("subagent-" + queued + ".json")));
   CHECK(registry(state).empty());
   CHECK(cgroups_of(pid).empty());
-  if (cgroups_before.empty()) MESSAGE("no per-launch cgroup was made on this host: the cgroup check proves nothing");
+  if (cgroups_before.empty())
+    MESSAGE("no per-launch cgroup was made on this host: the cgroup check proves nothing");
+  else
+    MESSAGE(cgroups_before.size() << " per-launch cgroups before recovery, none after");
   // The audit command reads the new lines (abandoned is an audited event).
   auto q = test::run({kCli, "audit", "--file", audit.string(), "--event", "abandoned", "--json"});
   CHECK(q.code == 0);
