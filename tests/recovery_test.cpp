@@ -202,7 +202,10 @@ TEST_CASE("SIGKILL while an implementation child's patch is collected: the next 
   CHECK(fs::exists(top));
   CHECK(git(repo.path(), "worktree list --porcelain").out.find(top.string()) != std::string::npos);
   const fs::path transcript = s.transcript_dir() / ("subagent-" + id + ".json");
-  CHECK(read_json(transcript)["status"] == "running");
+  // (The session writes its envelope when the child ends: "finished" without the patch, or still
+  // "running" when that write was not done yet.)
+  const std::string before = read_json(transcript).value("status", "");
+  CHECK((before == "running" || before == "finished"));
 
   // The next start of a command on this state directory settles it (run here, on another workspace).
   test::TempDir other;

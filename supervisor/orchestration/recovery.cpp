@@ -143,7 +143,10 @@ std::string settle_transcript(json& r, std::vector<std::string>& note) {
   if (!fs::exists(file, ec)) return {};  // never started (queued), or already pruned
   json doc = json::parse(slurp(file), nullptr, false);
   if (!doc.is_object()) return "the transcript " + file.string() + " is not a JSON object; left as it is";
-  if (doc.value("status", "") != "running") return {};
+  // A child that ended but whose patch was being collected has its envelope in the file already
+  // ("finished"), yet its parent never got it, nor the patch: abandoned too.
+  const std::string status = doc.value("status", "");
+  if (status != "running" && !(status == "finished" && text(r, "phase") == "finishing")) return {};
   const std::string now = rfc3339_utc();
   doc["status"] = "abandoned";
   doc["abandoned"] = {{"reason", text(r, "reason")}, {"phase", text(r, "phase")}, {"at", now}};
@@ -336,6 +339,30 @@ bool settle_registry(const fs::path& dir, const std::string& by, RecoveryReport&
   return clean;
 }
 
+// Whether process `pid` is gone (no such process, or a zombie not yet reaped).
+bool gone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+}
+
+// Takes the registry's lock without waiting, except when its supervisor is already gone: then a
+// process it forked before that (a sandbox's init, dying of its parent-death signal this moment)
+// may still share the locked file description, and the lock is tried again for up to 2 s.
+bool take_lock(int fd, const fs::path& dir) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+  const json sup = read_json(dir / "supervisor.json");
+  if (!sup.contains("pid") || !sup["pid"].is_number_integer() || !gone(sup["pid"].get<pid_t>())) return false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end) {
+    ::usleep(20'000);
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 RecoveryReport recover_dead_supervisors(const fs::path& state_dir, const std::string& by) noexcept {
@@ -351,7 +378,7 @@ RecoveryReport recover_dead_supervisors(const fs::path& state_dir, const std::st
       const bool fresh = name.rfind(kNewPrefix, 0) == 0;
       int fd = ::open((dir / "lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0 && errno != ENOENT) continue;
-      if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a live supervisor's: never touched
+      if (fd >= 0 && !take_lock(fd, dir)) {  // a live supervisor's: never touched
         ::close(fd);
         continue;
       }
