@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -13,7 +14,9 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
+#include "sandbox/cgroup_leftovers.hpp"
 #include "sandbox/launch.hpp"
 
 namespace sandbox {
@@ -403,6 +406,73 @@ std::vector<LayerStatus> tree_limit_support() {
 
 void remove_cgroups(const std::vector<std::string>& dirs) noexcept {
   for (const std::string& dir : dirs) ::rmdir(dir.c_str());
+}
+
+namespace {
+
+// When the process `pid` started, in seconds since the epoch (its /proc/<pid>/stat start time after
+// the boot time of /proc/stat); -1 when there is no such process or it is a zombie (the dead
+// supervisor itself, not yet reaped).
+double process_start(pid_t pid) {
+  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i) {  // field 22: starttime, in clock ticks since boot
+    if (i == 3 && (f == "Z" || f == "X")) return -1;
+    if (i < 22) continue;
+    std::istringstream boot_lines(read_text("/proc/stat"));
+    for (std::string line; std::getline(boot_lines, line);)
+      if (line.rfind("btime ", 0) == 0)
+        return std::stod(line.substr(6)) + std::stod(f) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return -1;
+}
+
+}  // namespace
+
+CgroupLeftovers remove_dead_supervisor_cgroups(pid_t pid, std::chrono::milliseconds wait) noexcept {
+  CgroupLeftovers out;
+  try {
+    if (pid <= 0) return out;
+    double reused_since = -1;  // the start of a process that has the pid now
+    if (::kill(pid, 0) == 0 || errno == EPERM) reused_since = process_start(pid);
+    const std::string prefix = std::to_string(pid) + "-";
+    std::vector<std::string> dirs;
+    for (unsigned i = 0; i < kControllerCount; ++i) {
+      const ControllerRoot& root = cgroup_root(static_cast<Controller>(i));
+      if (root.parent.empty()) continue;
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(root.parent, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind(prefix, 0) != 0 || name.find_first_not_of("0123456789", prefix.size()) != std::string::npos ||
+            name.size() == prefix.size() || !entry.is_directory(ec))
+          continue;
+        struct stat st {};
+        if (::stat(entry.path().c_str(), &st) != 0) continue;
+        if (reused_since >= 0 && static_cast<double>(st.st_ctim.tv_sec) >= reused_since) continue;
+        if (std::find(dirs.begin(), dirs.end(), entry.path().string()) == dirs.end())
+          dirs.push_back(entry.path().string());
+      }
+    }
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    for (const std::string& dir : dirs) {
+      for (;;) {
+        if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) {
+          out.removed.push_back(dir);
+          break;
+        }
+        if (errno != EBUSY || std::chrono::steady_clock::now() >= deadline) {
+          out.busy.push_back(dir + ": " + std::strerror(errno));
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  } catch (...) {
+  }
+  return out;
 }
 
 }  // namespace sandbox

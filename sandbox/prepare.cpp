@@ -243,6 +243,13 @@ LandlockPart build_landlock_layers(const Policy& policy, const LaunchRequest& re
       std::error_code dir_ec;
       if (fs::is_directory(root, dir_ec)) check_workspace(root, "policy " + policy.source + ": write root");
     }
+    // Literal read and execute roots (the templates are the workspace, checked above, and the
+    // child's own private paths): none may reach credentials.
+    for (const auto* list : {&policy.read_paths, &policy.exec_paths})
+      for (const std::string& root : *list)
+        if (!root.empty() && root.front() == '/')
+          check_read_root(root,
+                          "policy " + policy.source + (list == &policy.read_paths ? ": read root" : ": execute root"));
   }
   paths.deny_tcp = policy.network == Network::none;
   {

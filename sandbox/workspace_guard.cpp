@@ -1,11 +1,14 @@
 #include "sandbox/workspace_guard.hpp"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -32,6 +35,9 @@ bool within(const fs::path& dir, const fs::path& top) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
+// Strictly beneath (within() also holds for the directory itself: its relative path is ".").
+bool below(const fs::path& dir, const fs::path& top) { return dir != top && within(dir, top); }
+
 std::vector<fs::path> home_directories() {
   std::vector<fs::path> homes;
   auto add = [&](const char* h) {
@@ -54,7 +60,114 @@ std::vector<fs::path> home_directories() {
   return homes;
 }
 
+// Credentials and keys beneath a home directory (relative to it). A directory is refused when it is
+// one of them, lies inside one, or holds one while itself lying below the home directory (~/.config
+// holds ~/.config/gh; ~/.cargo holds ~/.cargo/credentials.toml).
+constexpr std::array<std::string_view, 27> kSecrets = {
+    ".ssh", ".aws", ".gnupg", ".config/gh", ".config/gcloud", ".docker", ".kube", ".azure", ".netrc",
+    ".git-credentials", ".npmrc", ".pypirc", ".cargo/credentials.toml", ".cargo/credentials", ".pgpass", ".my.cnf",
+    ".vault-token", ".password-store", ".local/share/keyrings", ".terraform.d", ".gem/credentials", ".s3cfg", ".boto",
+    ".config/git/credentials", ".config/hub",
+    // The supervisor's own model config (API key variables, endpoints) and state (below).
+    ".config/subagent-supervisor", ".config/rclone"};
+
+// The supervisor's state directory holds the transcripts (every child's conversation) and the
+// supervisor registries (secret); worktrees/, where every implementation child's own workspace lies
+// (and the sandboxed `git worktree add` writes), and patches/, which the sandboxed git of `apply`
+// reads and writes, are not. The state directory itself is refused (and its ancestors below a home).
+constexpr std::array<std::string_view, 2> kStateSecrets = {"transcripts", "supervisors"};
+
+struct Secret {
+  fs::path lexical;     // as named (home + entry), for the ancestor rule
+  fs::path canonical;   // symlinks resolved (the same when it does not exist)
+  fs::path home;        // the home it lies in ("" for one named by the environment outside every home)
+  bool holder = false;  // refused itself and as an ancestor, not what lies inside (the state directory)
+};
+
+// Symlinks resolved. Most entries do not exist: one lstat settles those (their home is canonical
+// already), so a check costs about one system call per entry.
+fs::path resolved(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return p.lexically_normal();
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : c;
+}
+
+// Every user's home directory: each entry of /etc/passwd (fgetpwent_r: reentrant, this runs on the
+// loop and the offload pool at once), $HOME and /root. "/" and homes that do not exist
+// (/nonexistent) are left out: nothing of anyone's lies in them.
+std::vector<fs::path> every_home() {
+  std::vector<fs::path> homes;
+  auto add = [&](const char* h) {
+    if (!h || h[0] != '/') return;
+    std::error_code ec;
+    fs::path p = fs::canonical(h, ec);
+    if (ec || p == fs::path("/")) return;
+    for (const fs::path& q : homes)
+      if (q == p) return;
+    homes.push_back(p);
+  };
+  add(std::getenv("HOME"));
+  add("/root");
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen("/etc/passwd", "re"), &std::fclose);
+  if (f) {
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    std::vector<char> buf(4096);
+    while (::fgetpwent_r(f.get(), &pw, buf.data(), buf.size(), &found) == 0 && found) add(pw.pw_dir);
+  }
+  return homes;
+}
+
+std::vector<Secret> secrets() {
+  std::vector<Secret> out;
+  auto add = [&](const fs::path& lexical, const fs::path& home, bool holder) {
+    out.push_back({lexical.lexically_normal(), resolved(lexical), home, holder});
+  };
+  auto add_state = [&](const fs::path& state, const fs::path& home) {
+    add(state, home, true);
+    for (std::string_view s : kStateSecrets) add(state / s, home, false);
+  };
+  const std::vector<fs::path> homes = every_home();
+  for (const fs::path& home : homes) {
+    for (std::string_view s : kSecrets) add(home / s, home, false);
+    add_state(home / ".local/state/subagent-supervisor", home);
+  }
+  // What the environment points the supervisor at instead (models.json, state_dir).
+  auto home_of = [&](const fs::path& p) {
+    for (const fs::path& h : homes)
+      if (below(p, h)) return h;
+    return fs::path();
+  };
+  auto env_path = [](const char* name) -> fs::path {
+    const char* v = std::getenv(name);
+    return v && v[0] == '/' ? fs::path(v) : fs::path();
+  };
+  if (fs::path m = env_path("SUBAGENT_MODEL_CONFIG"); !m.empty()) add(m, home_of(resolved(m)), false);
+  if (fs::path x = env_path("XDG_CONFIG_HOME"); !x.empty()) add(x / "subagent-supervisor", home_of(resolved(x)), false);
+  if (fs::path x = env_path("XDG_STATE_HOME"); !x.empty()) add_state(x / "subagent-supervisor", home_of(resolved(x)));
+  if (fs::path s = env_path("SUBAGENT_STATE_DIR"); !s.empty()) add_state(s, home_of(resolved(s)));
+  return out;
+}
+
 }  // namespace
+
+std::string credential_reason(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
+  for (const Secret& s : secrets()) {
+    for (const fs::path& p : {s.canonical, s.lexical}) {
+      if (d == p) return "it is " + p.string() + ", where credentials or the supervisor's own state are kept";
+      if (!s.holder && below(d, p))
+        return "it lies inside " + p.string() + ", where credentials or the supervisor's own state are kept";
+    }
+    // Ancestors below the home directory (the home itself and above are the rules above).
+    if (!s.home.empty() && below(d, s.home) && (below(s.lexical, d) || below(s.canonical, d)))
+      return "it holds " + s.lexical.string() + ", where credentials or the supervisor's own state are kept";
+  }
+  return {};
+}
 
 std::string unsafe_workspace_reason(const fs::path& dir) {
   fs::path d = dir.lexically_normal();
@@ -69,7 +182,7 @@ std::string unsafe_workspace_reason(const fs::path& dir) {
       return "it is a system directory (" + std::string(top) + (d == fs::path(top) ? "" : "/...") + ")";
   for (std::string_view top : kExactly)
     if (d == fs::path(top)) return "it is a shared system directory (" + std::string(top) + ")";
-  return {};
+  return credential_reason(d);
 }
 
 std::string unsafe_root_reason(const fs::path& dir, RootKind kind) {
@@ -86,14 +199,16 @@ std::string unsafe_root_reason(const fs::path& dir, RootKind kind) {
   }
   for (std::string_view top : kWholeTrees)
     if (d == fs::path(top)) return "it is the whole of " + std::string(top) + ", shared by every user and the host";
-  return {};
+  return credential_reason(d);
 }
 
-void check_workspace(const fs::path& path, const std::string& what) {
+namespace {
+
+void refuse(const fs::path& path, const std::string& what, std::string (*reason)(const fs::path&)) {
   std::error_code ec;
   fs::path canonical = fs::canonical(path, ec);
   if (ec) canonical = path.lexically_normal();  // the caller reports a missing path its own way
-  std::string why = unsafe_workspace_reason(canonical);
+  std::string why = reason(canonical);
   if (why.empty()) return;
   std::string shown = "'" + path.string() + "'";
   if (canonical != path) shown += " (resolved: '" + canonical.string() + "')";
@@ -101,5 +216,11 @@ void check_workspace(const fs::path& path, const std::string& what) {
                              ". A child's grants on it would reach far beyond one project; pass " +
                              kAllowUnsafeWorkspaceFlag + " to allow it anyway");
 }
+
+}  // namespace
+
+void check_workspace(const fs::path& path, const std::string& what) { refuse(path, what, &unsafe_workspace_reason); }
+
+void check_read_root(const fs::path& path, const std::string& what) { refuse(path, what, &credential_reason); }
 
 }  // namespace sandbox

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -191,6 +192,16 @@ class Serve {
   void signal(int sig) {
     REQUIRE(pid_ > 0);
     ::kill(pid_, sig);
+  }
+  // Sends `sig` and reaps the supervisor (nothing is signalled again later); returns its wait status.
+  int kill_and_reap(int sig) {
+    REQUIRE(pid_ > 0);
+    ::kill(pid_, sig);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return status;
   }
 
   // The next message matching `pred` (others are kept for later), or null after `limit`.

@@ -190,3 +190,184 @@ TEST_CASE("serve and mcp refuse an unsafe default workspace; serve refuses an un
   CHECK(ok["type"] == "result");
   CHECK(ok["envelope"]["status"] == "completed");
 }
+
+// Issue 33 item 3: credential directories and files of every user's home, their ancestors below the
+// home, and the supervisor's own config and state are refused as a workspace and as a literal root.
+namespace {
+
+// A fake home with credentials in it and a project beside them.
+struct FakeHome {
+  test::TempDir dir;
+  fs::path home = dir.path() / "home";
+  FakeHome() {
+    dir.write("home/.aws/credentials", "[default]\naws_secret_access_key = fake-secret\n");
+    dir.write("home/.config/gh/hosts.yml", "github.com:\n  oauth_token: fake\n");
+    dir.write("home/.kube/config", "fake\n");
+    dir.write("home/.ssh/id_ed25519", "fake\n");
+    dir.write("home/.netrc", "machine x login y password z\n");
+    dir.write("home/src/project/README", "a project\n");
+  }
+  // argv run with HOME pointing here (and the state and model config the supervisor would use in it).
+  std::vector<std::string> with_home(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"/usr/bin/env", "-u", "XDG_CONFIG_HOME", "-u", "XDG_STATE_HOME", "-u",
+                               "SUBAGENT_STATE_DIR", "-u", "SUBAGENT_MODEL_CONFIG", "HOME=" + home.string()});
+    return argv;
+  }
+};
+
+struct HomeEnv {  // HOME for this process while a query runs
+  std::string old;
+  explicit HomeEnv(const fs::path& h) {
+    if (const char* o = std::getenv("HOME")) old = o;
+    ::setenv("HOME", h.c_str(), 1);
+  }
+  ~HomeEnv() { ::setenv("HOME", old.c_str(), 1); }
+};
+
+}  // namespace
+
+TEST_CASE("credential directories, their ancestors below the home and the supervisor's state are refused") {
+  FakeHome h;
+  HomeEnv env(h.home);
+  const fs::path home = fs::canonical(h.home);
+  using sandbox::credential_reason;
+  for (const char* rel :
+       {".aws", ".aws/credentials", ".ssh", ".kube", ".config", ".config/gh", ".config/gcloud", ".netrc", ".docker",
+        ".gnupg", ".cargo", ".cargo/credentials.toml", ".local", ".local/state/subagent-supervisor",
+        ".local/state/subagent-supervisor/transcripts", ".config/subagent-supervisor"}) {
+    INFO(rel);
+    CHECK_FALSE(credential_reason(home / rel).empty());
+    CHECK_FALSE(sandbox::unsafe_workspace_reason(home / rel).empty());
+    CHECK_FALSE(sandbox::unsafe_root_reason(home / rel, sandbox::RootKind::read).empty());
+  }
+  CHECK(credential_reason(home / ".aws").find(home.string() + "/.aws") != std::string::npos);
+  CHECK(credential_reason(home / ".config").find("holds " + home.string() + "/.config/") != std::string::npos);
+  // The twins: a project in the home, the worktrees implementation children work in, and elsewhere.
+  for (const fs::path& p : {home / "src/project", home / "src", home / ".local/state/subagent-supervisor/worktrees/ab",
+                            fs::path("/work/x"), fs::path("/usr/lib")}) {
+    INFO(p);
+    CHECK(credential_reason(p).empty());
+  }
+  // Every user's home: /root's (from /etc/passwd and named anyway) counts whoever runs this.
+  CHECK_FALSE(credential_reason("/root/.ssh").empty());
+  CHECK_FALSE(credential_reason("/root/.config").empty());
+  CHECK(credential_reason("/root/project").empty());
+  // A symlink to the credentials elsewhere: its target is refused too.
+  test::TempDir elsewhere;
+  elsewhere.write("aws-real/credentials", "x\n");
+  fs::remove_all(home / ".aws");
+  fs::create_directory_symlink(elsewhere.path() / "aws-real", home / ".aws");
+  CHECK_FALSE(credential_reason(fs::canonical(elsewhere.path() / "aws-real")).empty());
+  CHECK_THROWS_AS(sandbox::check_workspace(elsewhere.path() / "aws-real", "workspace"), sandbox::UnsafeWorkspaceError);
+  CHECK_THROWS_WITH(sandbox::check_workspace(home / ".aws", "workspace"), doctest::Contains("(resolved: '"));
+  CHECK_NOTHROW(sandbox::check_workspace(elsewhere.path(), "workspace"));
+}
+
+TEST_CASE("run and sandbox refuse a credential directory as the workspace; the flag and a project beside it work") {
+  FakeHome h;
+  const std::string demo = "replay:" + test::source("examples/explore-demo.jsonl").string();
+  auto run = [&](const fs::path& ws, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {kCli,      "run", "--preset", "explore", "--workspace",     ws.string(),
+                                  "--brief", "b",   "--model",  demo,      "--no-transcript", "--quiet"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return test::run(h.with_home(a));
+  };
+  for (const char* rel : {".aws", ".config", ".config/gh", ".ssh"}) {
+    INFO(rel);
+    auto r = run(h.home / rel);
+    CHECK(r.code == kUsage);
+    CHECK(refused_for(r, (h.home / rel).string()));
+    CHECK(r.err.find("credentials") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  // Twins: the flag lets it through; a project beside the credentials needs no flag.
+  auto r = run(h.home / ".aws", {"--allow-unsafe-workspace"});
+  INFO(r.err);
+  CHECK(r.code != kUsage);
+  CHECK(r.err.find("is refused") == std::string::npos);
+  CHECK_FALSE(r.out.empty());
+  r = run(h.home / "src/project");
+  CHECK(r.code != kUsage);
+  CHECK(r.err.find("is refused") == std::string::npos);
+  CHECK_FALSE(r.out.empty());
+
+  // sandbox: the explore preset's cat of the credentials file is refused, allowed with the flag.
+  const std::string creds = (h.home / ".aws/credentials").string();
+  auto s = test::run(h.with_home({kCli, "sandbox", "--preset", "explore", "--workspace", (h.home / ".aws").string(),
+                                  "--", "/usr/bin/cat", creds}));
+  CHECK(s.code == kUsage);
+  CHECK(refused_for(s, (h.home / ".aws").string()));
+  CHECK(s.out.find("fake-secret") == std::string::npos);
+  s = test::run(h.with_home({kCli, "sandbox", "--preset", "explore", "--workspace", (h.home / ".aws").string(),
+                             "--allow-unsafe-workspace", "--", "/usr/bin/cat", creds}));
+  INFO(s.err);
+  CHECK(s.code == 0);
+  CHECK(s.out.find("fake-secret") != std::string::npos);
+  s = test::run(h.with_home({kCli, "sandbox", "--preset", "explore", "--workspace", (h.home / "src/project").string(),
+                             "--", "/usr/bin/cat", (h.home / "src/project/README").string()}));
+  CHECK(s.code == 0);
+  CHECK(s.out == "a project\n");
+}
+
+TEST_CASE("a policy naming credentials as a read root: launch refuses it, policy check warns; the flag allows it") {
+  FakeHome h;
+  test::TempDir policies;
+  std::string text = test::slurp(test::policy_dir() / "explore.json");
+  const std::string from = "\"read\": [\"${workspace}\", ";
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), from + "\"" + (h.home / ".aws").string() + "\", ");
+  policies.write("explore.json", text);
+  const std::string creds = (h.home / ".aws/credentials").string();
+  const std::string project = (h.home / "src/project").string();
+  auto s = test::run(h.with_home({kCli, "sandbox", "--preset", "explore", "--policy-dir", policies.path().string(),
+                                  "--workspace", project, "--", "/usr/bin/cat", creds}));
+  INFO(s.err);
+  CHECK(s.code == kUsage);
+  CHECK(s.err.find("read root '" + (h.home / ".aws").string() + "'") != std::string::npos);
+  CHECK(s.err.find("is refused") != std::string::npos);
+  CHECK(s.out.find("fake-secret") == std::string::npos);
+  // Twin: the flag allows it, and the child reads the file the root grants.
+  s = test::run(h.with_home({kCli, "sandbox", "--preset", "explore", "--policy-dir", policies.path().string(),
+                             "--workspace", project, "--allow-unsafe-workspace", "--", "/usr/bin/cat", creds}));
+  INFO(s.err);
+  CHECK(s.code == 0);
+  CHECK(s.out.find("fake-secret") != std::string::npos);
+  // policy check warns (read roots are warnings; a write root there is an error, as for /etc).
+  auto c = test::run(h.with_home({kCli, "policy", "check", "--policy-dir", test::policy_dir().string(),
+                                  (policies.path() / "explore.json").string()}));
+  INFO(c.out);
+  CHECK(c.out.find("warning: sandbox.filesystem.read[1] '" + (h.home / ".aws").string() + "' is refused at launch") !=
+        std::string::npos);
+  // Twin: the shipped preset has no such finding.
+  c = test::run(h.with_home({kCli, "policy", "check", (test::policy_dir() / "explore.json").string()}));
+  CHECK(c.out.find("is refused at launch") == std::string::npos);
+}
+
+TEST_CASE("serve refuses a spawn in a credential directory; a spawn in a project beside it runs") {
+  FakeHome h;
+  test::TempDir scripts;
+  const std::string model = test::replay(scripts, "q", R"({"content":"## Summary\nquick"})");
+  test::Serve s(test::Serve::Options{
+      {"--workspace", (h.home / "src/project").string(), "--model", model}, false, {"HOME=" + h.home.string()}});
+  s.send({{"type", "hello"}, {"id", 1}, {"protocol", 1}, {"parent", "guard-test"}});
+  REQUIRE(s.reply(1)["type"] == "hello");
+  s.send({{"type", "spawn"},
+          {"id", 2},
+          {"preset", "explore"},
+          {"brief", "x"},
+          {"workspace", (h.home / ".kube").string()}});
+  json err = s.reply(2);
+  CHECK(err["type"] == "error");
+  CHECK(err["message"].get<std::string>().find("workspace '" + (h.home / ".kube").string() + "' is refused") !=
+        std::string::npos);
+  s.send({{"type", "spawn"}, {"id", 3}, {"preset", "explore"}, {"brief", "x"}});
+  json ok = s.reply(3);
+  CHECK(ok["type"] == "result");
+  CHECK(ok["envelope"]["status"] == "completed");
+  // serve's own --workspace: refused at start.
+  auto r = test::run(h.with_home(
+      {kCli, "serve", "--workspace", (h.home / ".ssh").string(), "--model", "replay:/dev/null", "--no-transcript"}));
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("--workspace '" + (h.home / ".ssh").string() + "' is refused") != std::string::npos);
+}

@@ -34,6 +34,7 @@ int cmd_apply(Args args) {
       throw UsageError("apply takes one child id");
   }
   if (id.empty()) throw UsageError("apply needs the child's ID");
+  recover_at_start(state_dir, "apply");
   ApplyResult r = apply_patch(state_dir, id, allow_flagged);
   // The message and the file names come from the child's patch.
   print_for_terminal(r.ok ? stdout : stderr, "%s\n", r.message.c_str());

@@ -14,6 +14,7 @@
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
 #include "records/transcript.hpp"
+#include "orchestration/workspace.hpp"
 
 namespace supervisor::cli {
 
@@ -32,7 +33,7 @@ Filters:
   --child ID         events of one child (a unique prefix of the id is enough)
   --tool NAME        tool decisions and approvals for one tool, e.g. run_command
   --decision D       tool decisions that were allow, deny or ask
-  --event KIND       spawn | tool_decision | approval | denial | budget | kill | cancel | failure | envelope
+  --event KIND       spawn | tool_decision | approval | denial | budget | kill | cancel | failure | envelope | abandoned
   --parent NAME      children a given parent asked for
   --preset NAME      children of one preset
 
@@ -287,6 +288,7 @@ int cmd_audit(Args args) {
     return kUsageError;
   }
 
+  recover_at_start(default_workspace_config().state_dir, "audit");  // settled children get their "abandoned" lines
   if (!conversation_id.empty()) return conversation(conversation_id, transcript_dir, file, as_json);
 
   const std::string path = file.empty() ? default_audit_file().string() : file;

@@ -12,8 +12,9 @@ namespace fs = std::filesystem;
 const char* const kFrontEndFlagsHelp =
     R"(  --model SPEC             default model for spawns that name none (e.g. replay:FILE)
   --workspace DIR          default workspace for spawns that name none (default: the current directory)
-  --allow-unsafe-workspace let "/", the home directory itself or a system directory (/etc, /usr, ...)
-                           be a workspace (refused by default; see policies/README.md)
+  --allow-unsafe-workspace let "/", the home directory itself, a system directory (/etc, /usr, ...)
+                           or a credential directory (~/.ssh, ~/.aws, ~/.config, ...) be a workspace
+                           (refused by default; see policies/README.md)
   --policy-dir DIR         where presets are read from
   --child PATH             the child program (default: the subagent-child installed with this executable)
   --child-arg ARG          an argument for the child program (repeatable)
@@ -82,7 +83,7 @@ bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) 
   return true;
 }
 
-void finish_front_end(FrontEndOptions& o) {
+void finish_front_end(FrontEndOptions& o, const char* command) {
   HubConfig& b = o.base;
   if (b.max_concurrent == 0 || b.max_concurrent > kMaxConcurrentCeiling)
     throw UsageError("--max-concurrent must be 1.." + std::to_string(kMaxConcurrentCeiling));
@@ -116,6 +117,7 @@ void finish_front_end(FrontEndOptions& o) {
                                                                           : default_audit_file()},
                                        scrubber);
   b.child_executable = o.child.empty() ? default_child_executable() : fs::absolute(o.child);
+  register_supervisor(b, command);  // before the loop runs: recovery may run git
 }
 
 }  // namespace supervisor::cli

@@ -31,6 +31,7 @@ Commands:
   sandbox   run any command under exactly the sandbox a preset's child gets (sandbox --help)
   policy    check policy files, or explain a preset to a reviewer (policy --help)
   audit     what did child X do, which children ran commands: queries the audit log (audit --help)
+  recover   settle what supervisors killed without cleaning up left behind (recover --help)
   version   print the version
 
 Presets live in policies/ (installed: PREFIX/share/subagent-supervisor/policies), one auditable JSON
@@ -39,7 +40,7 @@ The child protocol and the envelope are specified in protocol/README.md.
 )";
 
 // The commands only the core has.
-constexpr const char* kCoreCommands[] = {"run", "serve", "mcp", "apply", "policy", "audit"};
+constexpr const char* kCoreCommands[] = {"run", "serve", "mcp", "apply", "policy", "audit", "recover"};
 
 #ifdef SUBAGENT_LEAN_MAIN
 // Replaces this process with the core; returns only when that failed (the reason is printed).
@@ -62,6 +63,7 @@ int run_core_command(const std::string& cmd, supervisor::cli::Args rest) {
   if (cmd == "serve") return supervisor::cli::cmd_serve(std::move(rest));
   if (cmd == "mcp") return supervisor::cli::cmd_mcp(std::move(rest));
   if (cmd == "apply") return supervisor::cli::cmd_apply(std::move(rest));
+  if (cmd == "recover") return supervisor::cli::cmd_recover(std::move(rest));
   return supervisor::cli::cmd_audit(std::move(rest));
 }
 #endif

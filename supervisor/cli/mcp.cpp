@@ -63,7 +63,7 @@ int cmd_mcp(Args args) {
       throw UsageError("unknown option '" + f + "' (see mcp --help)");
     }
   }
-  finish_front_end(opts);
+  finish_front_end(opts, "mcp");
 
   s.roots.push_back(fs::canonical(opts.default_workspace));
   for (const auto& r : extra_roots) {

@@ -20,6 +20,7 @@
 #include "orchestration/budgets.hpp"
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
+#include "cli/front_end.hpp"
 #include "orchestration/hub.hpp"
 #include "cli/install_layout.hpp"
 #include "records/scrub.hpp"
@@ -40,7 +41,8 @@ Runs one child agent under its preset's sandbox and prints one result envelope (
 Required:
   --preset NAME            preset from the policy directory (explore, ...), or a path to a policy file
   --workspace DIR          the directory the child works in (must exist; "/", the home directory
-                           itself and system directories such as /etc or /usr are refused unless
+                           itself, system directories such as /etc or /usr and credential
+                           directories such as ~/.ssh, ~/.aws or ~/.config are refused unless
                            --allow-unsafe-workspace is given)
   --brief TEXT             the child's task; --brief-file FILE reads it from a file ("-" for stdin)
   --model SPEC             the model: openai:MODEL, anthropic:MODEL, a provider named in the model
@@ -370,6 +372,7 @@ int cmd_run(Args args) {
                                                      : hc.transcripts    ? hc.transcripts->dir() / "audit.jsonl"
                                                                          : default_audit_file()},
                                         scrubber);
+  register_supervisor(hc, "run");
   if (tty) {
     hc.on_progress = [&](const Progress& p) {
       std::fprintf(stderr, "\r\033[K[subagent:%s] %s · step %llu/%llu · tools %llu/%llu · tokens %s/%s · %.1fs",

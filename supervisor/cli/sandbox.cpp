@@ -45,8 +45,9 @@ SIGTERM or SIGHUP kills the whole sandbox. With --as-pid-1 CMD is PID 1 itself (
 every signal it has no handler for), and SIGINT, SIGTERM or SIGHUP kills the sandbox at once.
 
 Layers the kernel lacks are listed on stderr; a layer the policy marks required makes the launch fail.
-"/", the home directory itself and system directories (/etc, /usr, /var/lib, ...) are refused as DIR
-(exit status 64) unless --allow-unsafe-workspace is given.
+"/", the home directory itself, system directories (/etc, /usr, /var/lib, ...) and credential
+directories (~/.ssh, ~/.aws, ~/.config, ... of every user; policies/README.md) are refused as DIR,
+and credentials as a root of the policy (exit status 64), unless --allow-unsafe-workspace is given.
 
 )";
 
@@ -316,6 +317,9 @@ int cmd_sandbox(Args args) {
   } catch (const sandbox::ExecError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return e.error == ENOENT ? kNotFound : kCannotExecute;
+  } catch (const sandbox::UnsafeWorkspaceError& e) {  // a root of the policy: refused as the workspace is
+    std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    return kUsageError;
   } catch (const sandbox::SandboxError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return kSetupError;

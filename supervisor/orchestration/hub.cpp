@@ -47,6 +47,7 @@ struct Hub::Child {
   // Its worktree or its later-execution scan is being prepared off the loop (counts as running).
   bool starting = false;
   std::optional<std::string> cancelled_while_starting;  // the reason of a cancel() meanwhile
+  bool removal_pending = false;                         // its worktree is being removed after it was delivered
 };
 
 namespace {
@@ -207,6 +208,15 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
     cfg_.on_event(make_event(
         EventKind::queued,
         {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent}, {"description", req.description}}));
+  if (cfg_.registry) {
+    json r = {{"phase", "queued"},
+              {"preset", c->preset->name},
+              {"parent", cfg_.parent},
+              {"workspace", ws.string()},
+              {"queued_at", rfc3339_utc()}};
+    if (cfg_.transcripts) r["transcript"] = cfg_.transcripts->path_for(id).string();
+    cfg_.registry->update(id, r);
+  }
   children_[id] = std::move(c);
   queue_.push_back(id);
   pump();
@@ -280,6 +290,11 @@ bool Hub::try_start(Child& c) {
     launch_prepared(c, {}, true);
     return true;
   }
+  if (cfg_.registry && worktree)  // before it exists: a death while git makes it leaves it named
+    cfg_.registry->update(c.id, {{"phase", "preparing"},
+                                 {"worktree",
+                                  {{"top", (cfg_.workspaces.state_dir / "worktrees" / c.id).string()},
+                                   {"workspace", c.req.workspace.string()}}}});
   jobs_.run(
       io_,
       [locked, worktree, workspace = c.req.workspace, later = c.preset->writes.later_execution,
@@ -313,8 +328,12 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
   };
   if (c.cancelled_while_starting) {
     if (c.worktree) {
+      c.removal_pending = true;  // the record goes once the worktree is gone
       jobs_.run(
-          io_, [wt = *c.worktree] { remove_worktree(wt); }, [](Outcome<void>) {});
+          io_, [wt = *c.worktree] { remove_worktree(wt); },
+          [registry = cfg_.registry, id = c.id](Outcome<void>) {
+            if (registry) registry->settled(id);
+          });
       c.worktree.reset();
     }
     c.lock.reset();
@@ -334,6 +353,7 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
   }
   SessionConfig s = session_config(c);
   if (cfg_.transcripts || cfg_.audit) c.records = SessionRecords::attach(s, cfg_.transcripts, cfg_.audit, cfg_.parent);
+  if (cfg_.registry) cfg_.registry->update(c.id, {{"phase", "running"}});
   c.session = ChildSession::create(io_, std::move(s), std::move(provider));
   const std::string id = c.id;
   c.session->start([this, alive = std::weak_ptr<int>(alive_), id](const protocol::Envelope& e) {
@@ -401,6 +421,7 @@ void Hub::on_child_done(const std::string& id, protocol::Envelope e) {
   }
   // The later-execution scan, the patch, the worktree's removal and the final transcript write run
   // off the loop; the child keeps its slot and its lock until they are done.
+  if (cfg_.registry) cfg_.registry->update(c.id, {{"phase", "finishing"}});
   FinishWork w{c.later_execution,         c.later_before, c.later_protected, c.req.workspace, c.worktree,
                cfg_.workspaces.state_dir, c.id,           c.preset->writes,  c.records};
   jobs_.run(
@@ -439,6 +460,8 @@ void Hub::deliver(Child& c, protocol::Envelope e) {
   c.state = ChildState::done;
   c.envelope = e;
   c.session.reset();
+  // Settled: its worktree and final transcript are done with (on_child_finished, or it never started).
+  if (cfg_.registry && !c.removal_pending) cfg_.registry->settled(c.id);
   // A finished child keeps only what list and output show. Its records (the transcript is on disk)
   // and its full preset (the parsed policy file among it) grew a long-lived supervisor with every
   // child: the soak (scripts/soak.sh) saw +17 KB a child.

@@ -604,6 +604,35 @@ void remove_worktree(const Worktree& wt) noexcept {
   }
 }
 
+std::string forget_worktree(const fs::path& top, const fs::path& workspace, const fs::path& lock_dir) {
+  try {
+    std::error_code ec;
+    fs::remove_all(top, ec);  // follows no symlink
+    if (ec) return "could not remove " + top.string() + ": " + ec.message();
+    fs::path source_top;
+    const fs::path git_dir = find_git_dir(workspace, &source_top);
+    if (git_dir.empty()) return {};  // a copy: nothing registered anywhere
+    GitStep common;
+    common.what = "git rev-parse --git-common-dir";
+    common.git_dir = git_dir;
+    common.work_tree = source_top;
+    common.args = {"rev-parse", "--path-format=absolute", "--git-common-dir"};
+    const fs::path common_dir = fs::canonical(first_line(must_git(common).out, common.what));
+    GitStep prune;
+    prune.what = "git worktree prune";
+    prune.git_dir = common_dir;
+    prune.work_tree = source_top;
+    prune.args = {"worktree", "prune"};
+    prune.write = {common_dir};
+    fs::create_directories(lock_dir, ec);
+    RepositoryLock lock(lock_dir / ("repo-" + workspace_key(common_dir) + ".lock"));
+    must_git(prune);
+    return {};
+  } catch (const std::exception& e) {
+    return "could not unregister the worktree " + top.string() + ": " + e.what();
+  }
+}
+
 ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool allow_flagged) {
   ApplyResult r;
   if (id.empty() || id.find_first_not_of("0123456789abcdef") != std::string::npos) {

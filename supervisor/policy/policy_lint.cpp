@@ -444,6 +444,10 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
         error(
             field + " is refused at launch: " + why + " (only " + sandbox::kAllowUnsafeWorkspaceFlag + " lets it pass)",
             index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
+      else if (!sandbox::credential_reason(resolved).empty())
+        warning(
+            field + " is refused at launch: " + why + " (only " + sandbox::kAllowUnsafeWorkspaceFlag + " lets it pass)",
+            index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
       else
         warning(field + ": " + why, index_pointer(std::string("/sandbox/filesystem/") + k.key, i));
     }

@@ -42,6 +42,7 @@ bool AuditLog::audited(std::optional<EventKind> kind) noexcept {
     case EventKind::cancel:
     case EventKind::failure:
     case EventKind::envelope:
+    case EventKind::abandoned:
       return true;
     default:
       return false;

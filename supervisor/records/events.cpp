@@ -7,7 +7,7 @@
 namespace supervisor {
 
 namespace {
-constexpr std::array<std::pair<EventKind, const char*>, 21> kNames = {{
+constexpr std::array<std::pair<EventKind, const char*>, 22> kNames = {{
     {EventKind::queued, "queued"},
     {EventKind::spawn, "spawn"},
     {EventKind::started, "started"},
@@ -29,6 +29,7 @@ constexpr std::array<std::pair<EventKind, const char*>, 21> kNames = {{
     {EventKind::exit, "exit"},
     {EventKind::envelope, "envelope"},
     {EventKind::delivered, "delivered"},
+    {EventKind::abandoned, "abandoned"},
 }};
 }  // namespace
 

@@ -33,6 +33,11 @@ bool parse_front_end_flag(Args& args, const std::string& flag, FrontEndOptions& 
 
 // Checks the values (throws UsageError naming the flag) and completes `o.base`: policy directory,
 // transcripts, audit log, child executable.
-void finish_front_end(FrontEndOptions& o);
+// `command` ("serve", "mcp") names it in the crash-recovery registry (register_supervisor).
+void finish_front_end(FrontEndOptions& o, const char* command = "serve");
+
+// recover_at_start(), then hc.registry: this process's crash-recovery registry (a warning on
+// stderr when it cannot be made; the supervisor runs on without one).
+void register_supervisor(HubConfig& hc, const std::string& command);
 
 }  // namespace supervisor::cli

@@ -33,6 +33,7 @@
 #include "records/transcript.hpp"
 #include "orchestration/workspace.hpp"
 #include "orchestration/offload.hpp"
+#include "orchestration/recovery.hpp"
 
 namespace supervisor {
 
@@ -67,6 +68,7 @@ struct HubConfig {
   bool allow_unsafe_workspace = false;           // --allow-unsafe-workspace (sandbox/workspace_guard.hpp)
   std::shared_ptr<TranscriptStore> transcripts;  // null: no transcripts
   std::shared_ptr<AuditLog> audit;               // null: no audit log
+  std::shared_ptr<SupervisorRegistry> registry;  // crash recovery's records (recovery.hpp); null: none
   std::string search_endpoint;                   // web_search backend for research children
   std::function<void(const std::string& line)> on_log;
   std::function<void(const nlohmann::json& event)> on_event;

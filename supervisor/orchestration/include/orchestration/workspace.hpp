@@ -148,6 +148,12 @@ Patch collect_patch(const Worktree& wt, const std::filesystem::path& state_dir, 
 
 void remove_worktree(const Worktree& wt) noexcept;
 
+// Crash recovery's remove_worktree, from what a registry record holds: removes `top` (following no
+// symlink) and, when `workspace` lies in a git repository, unregisters it with the sandboxed
+// `git worktree prune` under the repository lock of `lock_dir`. Returns "" or the problem.
+std::string forget_worktree(const std::filesystem::path& top, const std::filesystem::path& workspace,
+                            const std::filesystem::path& lock_dir);
+
 struct ApplyResult {
   bool ok = false;
   std::string message;

@@ -34,6 +34,7 @@ enum class EventKind {
   exit,              // the child exited: code or signal
   envelope,          // the result envelope
   delivered,         // the hub handed the envelope to the front end (hub)
+  abandoned,         // its supervisor died without settling it; crash recovery did (recovery.hpp)
 };
 
 const char* to_string(EventKind k) noexcept;
