@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,75 @@ fs::path gitdir_of_file(const fs::path& dot_git) {
   if (g.is_relative()) g = dot_git.parent_path() / g;
   return fs::canonical(g);
 }
+
+// A file of the state directory written whole or not at all: the bytes go to a temporary beside it
+// (".<name>.tmp-<pid>-<n>"), which commit() syncs and renames into place; anything short of that
+// removes the temporary. A failed write (ENOSPC on a full disk) is remembered and named by error().
+class AtomicFile {
+ public:
+  explicit AtomicFile(fs::path file) : file_(std::move(file)) {
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      tmp_ = file_.parent_path() /
+             ("." + file_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd_ >= 0 || errno != EEXIST) break;
+    }
+    if (fd_ < 0) fail("cannot create a temporary file in " + file_.parent_path().string(), errno);
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  bool write(std::string_view data) {
+    while (error_.empty() && !data.empty()) {
+      ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail("write failed", n < 0 ? errno : EIO);
+        break;
+      }
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return error_.empty();
+  }
+
+  // Syncs and renames the temporary into place; false (and error()) when any step failed.
+  bool commit() {
+    if (!error_.empty()) return false;
+    if (::fsync(fd_) != 0) return fail("fsync failed", errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return fail("close failed", errno);
+    if (::rename(tmp_.c_str(), file_.c_str()) != 0) return fail("rename failed", errno);
+    committed_ = true;
+    if (int dir = ::open(file_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+      (void)::fsync(dir);  // the rename is durable; a failure here leaves a whole file either way
+      ::close(dir);
+    }
+    return true;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  bool fail(const std::string& what, int err) {
+    if (error_.empty()) {
+      error_ = "cannot write '" + file_.string() + "': " + what + ": " + std::strerror(err);
+      if (err == ENOSPC || err == EDQUOT)
+        error_ += " (the filesystem holding " + file_.parent_path().string() + " is full)";
+    }
+    return false;
+  }
+
+  fs::path file_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::string error_;
+};
 
 // Copies a workspace that is no repository, leaving out every `.git` (a planted one must never
 // become the copy's repository) and following no symlink.
@@ -523,9 +593,15 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
   fs::path dir = state_dir / "patches";
   fs::create_directories(dir);
   p.file = dir / (id + ".patch");
+  const fs::path meta_file = dir / (id + ".json");
   {
-    std::ofstream out(p.file, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write '" + p.file.string() + "'");
+    // A patch from an earlier child of the same id is never left paired with this one's record.
+    std::error_code ec;
+    fs::remove(meta_file, ec);
+  }
+  {
+    AtomicFile out(p.file);
+    if (!out.error().empty()) throw std::runtime_error(out.error() + "; nothing was saved");
     bool too_big = false;
     GitStep diff = base;
     diff.what = "git diff in the worktree";
@@ -537,20 +613,18 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
         too_big = true;
         return false;
       }
-      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      if (!out.write(chunk)) return false;  // the disk is full: stop git, nothing is saved
       p.bytes += chunk.size();
       return true;
     };
     GitResult dr = run_git(diff);
-    out.close();
-    if (too_big || dr.code != 0 || !out) {
-      std::error_code ec;
-      fs::remove(p.file, ec);
-      if (too_big)
-        throw std::runtime_error("the patch is larger than " + std::to_string(policy.max_patch_bytes) +
-                                 " bytes (the policy's writes.max_patch_bytes); nothing was saved");
-      throw std::runtime_error(diff.what + ": " + dr.err);
-    }
+    if (too_big)
+      throw std::runtime_error("the patch is larger than " + std::to_string(policy.max_patch_bytes) +
+                               " bytes (the policy's writes.max_patch_bytes); nothing was saved");
+    if (!out.error().empty()) throw std::runtime_error(out.error() + "; nothing was saved");
+    if (dr.code != 0 || dr.stopped) throw std::runtime_error(diff.what + ": " + dr.err);
+    // The temporary is removed by `out` on every throw above.
+    if (!out.commit()) throw std::runtime_error(out.error() + "; nothing was saved");
   }
 
   std::vector<std::string> later = policy.later_execution;
@@ -580,7 +654,13 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
                {"bytes", p.bytes},
                {"review", to_json(p.review)},
                {"patch", p.file.string()}};
-  std::ofstream(dir / (id + ".json")) << meta.dump(2) << "\n";
+  // The record is what `apply` reads: written whole after the patch, or neither stays.
+  AtomicFile record(meta_file);
+  if (!record.write(meta.dump(2) + "\n") || !record.commit()) {
+    std::error_code ec;
+    fs::remove(p.file, ec);
+    throw std::runtime_error(record.error() + "; nothing was saved");
+  }
   return p;
 }
 

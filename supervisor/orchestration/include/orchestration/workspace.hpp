@@ -142,7 +142,9 @@ struct Patch {
 // Everything the child changed in its worktree, as a binary git diff against the base, streamed to
 // <state_dir>/patches/<id>.patch for `subagent-supervisor apply ID`. Every .git the child created
 // (a nested repository) is removed first and listed; git never reads it. Throws std::runtime_error when the patch
-// exceeds policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails.
+// exceeds policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails, or the
+// patch or its record cannot be written (a full disk: the error names the file and the filesystem,
+// and nothing is saved). Both files are written whole (a temporary, synced, renamed) or not at all.
 Patch collect_patch(const Worktree& wt, const std::filesystem::path& state_dir, const std::string& id,
                     const WritePolicy& policy);
 
