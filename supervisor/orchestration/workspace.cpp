@@ -2,7 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -405,12 +408,89 @@ class RepositoryLock {
 
 }  // namespace
 
+namespace {
+
+std::string mount_error(const std::string& what, int err) {
+  return what + ": " + std::strerror(err) + (err == EPERM ? " (needs root or CAP_SYS_ADMIN)" : "");
+}
+
+// The bytes a filesystem holds (what its files use), from statfs.
+std::uint64_t used_bytes(const fs::path& dir) {
+  struct statfs st {};
+  if (::statfs(dir.c_str(), &st) != 0)
+    throw std::runtime_error("statfs '" + dir.string() + "': " + std::strerror(errno));
+  return static_cast<std::uint64_t>(st.f_blocks - st.f_bfree) * static_cast<std::uint64_t>(st.f_bsize);
+}
+
+// Sets the size of the tmpfs at wt.top (rounded up to whole pages).
+void resize_cap(Worktree& wt, std::uint64_t size) {
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  size = (size + page - 1) / page * page;
+  const std::string opts = "size=" + std::to_string(size);
+  if (::mount(nullptr, wt.top.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
+    throw std::runtime_error(mount_error("could not resize the worktree's tmpfs at " + wt.top.string(), errno));
+  wt.disk_cap_bytes = size;
+}
+
+// Makes wt.top a tmpfs without a size of its own yet (tmpfs's default, half the RAM: the checkout
+// must fit before it can be measured); without the privilege, says why in wt.disk_cap_missing.
+void mount_cap(Worktree& wt) {
+  if (::mkdir(wt.top.c_str(), 0755) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create '" + wt.top.string() + "': " + std::strerror(errno));
+  if (::mount("subagent-worktree", wt.top.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    wt.disk_cap_missing =
+        mount_error("the worktree is on the state directory's filesystem: mounting a size-capped tmpfs at " +
+                        wt.top.string() + " failed",
+                    errno);
+    return;
+  }
+  wt.disk_capped = true;
+}
+
+void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir);
+
+}  // namespace
+
+std::string release_worktree_mount(const fs::path& top) noexcept {
+  try {
+    struct statfs sf {};
+    if (::statfs(top.c_str(), &sf) != 0)
+      return errno == ENOENT ? "" : "statfs '" + top.string() + "': " + std::strerror(errno);
+    if (static_cast<unsigned long>(sf.f_type) != TMPFS_MAGIC) return "";
+    struct stat here {};
+    struct stat above {};
+    if (::stat(top.c_str(), &here) != 0 || ::stat(top.parent_path().c_str(), &above) != 0)
+      return "stat '" + top.string() + "': " + std::strerror(errno);
+    if (here.st_dev == above.st_dev) return "";  // a directory of a tmpfs above, not a mount of its own
+    if (::umount2(top.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
+      return "unmount '" + top.string() + "': " + std::strerror(errno);
+    if (::rmdir(top.c_str()) != 0 && errno != ENOENT) return "rmdir '" + top.string() + "': " + std::strerror(errno);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const fs::path& lock_dir,
-                         const std::string& id) {
+                         const std::string& id, std::uint64_t disk_budget) {
   Worktree wt;
   wt.source = workspace;
   wt.top = state_dir / "worktrees" / id;
   fs::create_directories(wt.top.parent_path());
+  if (disk_budget > 0) mount_cap(wt);
+  try {
+    checkout_into(wt, workspace, lock_dir);
+    if (wt.disk_capped) resize_cap(wt, used_bytes(wt.top) + disk_budget);
+  } catch (...) {
+    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
+    throw;
+  }
+  return wt;
+}
+
+namespace {
+
+void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir) {
   fs::path top;
   fs::path git_dir = find_git_dir(workspace, &top);
   std::string head;
@@ -453,7 +533,7 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
     fs::path rel = fs::relative(workspace, top);
     wt.path = (!rel.empty() && rel != ".") ? wt.top / rel : wt.top;
     fs::create_directories(wt.path);
-    return wt;
+    return;
   }
   // Not a git repository (or one without commits): a copy with a baseline commit of its own.
   wt.source_top = workspace;
@@ -479,8 +559,9 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
   rev.what = "git rev-parse HEAD";
   rev.args = {"rev-parse", "HEAD"};
   wt.base = first_line(must_git(rev).out, rev.what);
-  return wt;
 }
+
+}  // namespace
 
 json to_json(const PatchReview& r) {
   json symlinks = json::array(), modes = json::array();
@@ -535,6 +616,13 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
     if (ec) throw std::runtime_error("could not remove the nested repository '" + n + "/.git': " + ec.message());
   }
   const std::vector<std::string> pathspec = {"--", "."};
+  // A copy's repository is inside its tmpfs: `git add` stores the child's files there once more
+  // (compressed), so the full worktree gets room for them. (A git worktree's objects go to the
+  // source repository.)
+  if (wt.disk_capped && !wt.git) {
+    Worktree grown = wt;
+    resize_cap(grown, wt.disk_cap_bytes * 2 + (64u << 20));
+  }
 
   GitStep base;
   base.git_dir = wt.git_dir;
@@ -668,6 +756,8 @@ void remove_worktree(const Worktree& wt) noexcept {
   try {
     // No git runs in the child's tree: remove it (remove_all follows no symlink), then let the
     // repository forget the worktree.
+    // A size-capped worktree goes with its tmpfs (a lazy unmount: whatever still holds it open).
+    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
     std::error_code ec;
     fs::remove_all(wt.top, ec);
     if (wt.git) {
