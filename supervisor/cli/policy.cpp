@@ -280,16 +280,13 @@ void explain_writes(const Preset& p, const std::string& workspace) {
         (unsigned long long)w.max_patch_bytes, (unsigned long long)w.max_patch_files);
   if (p.workspace_mode == WorkspaceMode::write_locked)
     std::printf(
-        "  disk: %llu bytes (writes.max_disk_bytes): the child is wrapped up (budget \"disk\") once the\n"
-        "  workspace's filesystem has that much less free space than at its start, checked after each tool\n"
-        "  call and every second (inexact by the write rate times that interval); no file may grow past\n"
-        "  min(sandbox.rlimits.file_size_mb, this) (RLIMIT_FSIZE).\n",
+        "  disk: %llu bytes (writes.max_disk_bytes): no file grows past it (RLIMIT_FSIZE); wrapped up (budget\n"
+        "  \"disk\") once the workspace's filesystem lost that much free space (checked per tool call and second)\n",
         (unsigned long long)w.max_disk_bytes);
   else
     std::printf(
-        "  disk: %llu bytes (writes.max_disk_bytes): the worktree is a tmpfs of the checkout plus that much\n"
-        "  (a root supervisor; counted in the child's memory limit), full: ENOSPC in the child and a wrap-up\n"
-        "  (budget \"disk\"). A supervisor that cannot mount lists \"disk_cap\" in sandbox.missing.\n",
+        "  disk: %llu bytes (writes.max_disk_bytes): the worktree is a tmpfs of the checkout plus that much (root;\n"
+        "  counted in memory), full: ENOSPC and a wrap-up (budget \"disk\"); else \"disk_cap\" in sandbox.missing\n",
         (unsigned long long)w.max_disk_bytes);
   if (!workspace.empty() && p.workspace_mode == WorkspaceMode::write_locked) {
     std::vector<std::string> list = w.later_execution;
