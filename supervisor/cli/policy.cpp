@@ -278,6 +278,16 @@ void explain_writes(const Preset& p, const std::string& workspace) {
         "  absolute or leave the workspace always. Nested repositories are left out of the patch.\n"
         "  patch caps: %llu bytes, %llu files (writes.max_patch_bytes, writes.max_patch_files)\n",
         (unsigned long long)w.max_patch_bytes, (unsigned long long)w.max_patch_files);
+  if (p.workspace_mode == WorkspaceMode::write_locked)
+    std::printf(
+        "  disk: %llu bytes (writes.max_disk_bytes): no file grows past it (RLIMIT_FSIZE); wrapped up (budget\n"
+        "  \"disk\") once the workspace's filesystem lost that much free space (checked per tool call and second)\n",
+        (unsigned long long)w.max_disk_bytes);
+  else
+    std::printf(
+        "  disk: %llu bytes (writes.max_disk_bytes): the worktree is a tmpfs of the checkout plus that much (root;\n"
+        "  counted in memory), full: ENOSPC and a wrap-up (budget \"disk\"); else \"disk_cap\" in sandbox.missing\n",
+        (unsigned long long)w.max_disk_bytes);
   if (!workspace.empty() && p.workspace_mode == WorkspaceMode::write_locked) {
     std::vector<std::string> list = w.later_execution;
     list.push_back("**/.git");
@@ -616,7 +626,8 @@ int explain(Args& args) {
   out["policy"] = p.raw;
   out["writes"] = {{"later_execution", p.writes.later_execution},
                    {"max_patch_bytes", p.writes.max_patch_bytes},
-                   {"max_patch_files", p.writes.max_patch_files}};
+                   {"max_patch_files", p.writes.max_patch_files},
+                   {"max_disk_bytes", p.writes.max_disk_bytes}};
   out["syscalls"] = json::array();
   for (const auto& d : sandbox::syscall_table(p.sandbox))
     out["syscalls"].push_back(

@@ -57,6 +57,7 @@ Options:
   --max-cost-usd X         estimated spend in US dollars at the model config's prices (default: none)
   --timeout DURATION       wall clock, e.g. 90s, 5m, 1h (default: the preset's, 30m)
   --wrap-up-grace DURATION time the child gets to report after wrap_up (default: the preset's, 10s)
+  --max-disk-bytes N       bytes a writer may add to disk (default: the preset's writes.max_disk_bytes)
   --summary-bytes N        cap on the envelope's summary (default: the preset's, 2000)
   --answer-bytes N         cap on the envelope's answer (default: the preset's, 48000)
   --policy-dir DIR         where presets are read from (default: $SUBAGENT_POLICY_DIR or the installed policies/)
@@ -182,6 +183,7 @@ int cmd_run(Args args) {
   std::vector<std::string> child_args;
   bool have_brief = false, quiet = false;
   BudgetOverrides o;
+  std::optional<std::uint64_t> max_disk_bytes;
   std::size_t max_line = protocol::kDefaultMaxLine;
   std::uint64_t handshake_ms = 10'000;
   try {
@@ -220,6 +222,8 @@ int cmd_run(Args args) {
         o.timeout_ms = ms_of(f, args.value(f));
       else if (f == "--wrap-up-grace")
         o.wrap_up_grace_ms = ms_of(f, args.value(f));
+      else if (f == "--max-disk-bytes")
+        max_disk_bytes = args.number(f);
       else if (f == "--summary-bytes")
         o.summary_bytes = args.number(f);
       else if (f == "--answer-bytes")
@@ -400,6 +404,7 @@ int cmd_run(Args args) {
   req.workspace = ws;
   req.model = model;
   req.limits = o;
+  req.max_disk_bytes = max_disk_bytes;
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   int status = 1;
   std::string id;

@@ -19,6 +19,8 @@ const char* to_string(Budget b) noexcept {
       return "cost";
     case Budget::time:
       return "time";
+    case Budget::disk:
+      return "disk";
   }
   return "tokens";
 }

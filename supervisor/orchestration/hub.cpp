@@ -5,6 +5,7 @@
 
 #include "sandbox/workspace_guard.hpp"
 
+#include <sys/statfs.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <set>
@@ -66,7 +67,8 @@ protocol::Envelope unstarted_envelope(const std::string& id, const Preset& p, co
 // On a worker: the later-execution scan of a locked workspace and the isolated worktree. Touches
 // only its arguments.
 detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& workspace, std::vector<std::string> later,
-                                const fs::path& state_dir, const fs::path& lock_dir, const std::string& id) {
+                                const fs::path& state_dir, const fs::path& lock_dir, const std::string& id,
+                                std::uint64_t disk_budget) {
   detail::StartPrep p;
   if (locked) {
     try {
@@ -88,7 +90,7 @@ detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& work
   }
   if (worktree) {
     try {
-      p.worktree = create_worktree(workspace, state_dir, lock_dir, id);
+      p.worktree = create_worktree(workspace, state_dir, lock_dir, id, disk_budget);
     } catch (const std::exception& e) {
       p.error = std::string("could not create an isolated worktree: ") + e.what();
     }
@@ -150,6 +152,12 @@ std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope
     } catch (const std::exception& ex) {
       e.artifacts["patch"] = {{"error", std::string("could not collect the patch: ") + ex.what()}};
     }
+    if (!w.worktree->disk_capped) {
+      // No size-capped filesystem: the disk budget is only watched (free space), never enforced.
+      e.sandbox_missing.push_back("disk_cap");
+      e.artifacts["disk"] = {
+          {"max_disk_bytes", w.writes.max_disk_bytes}, {"capped", false}, {"missing", w.worktree->disk_cap_missing}};
+    }
     remove_worktree(*w.worktree);
   }
   // scrubbed; the transcript gets the final envelope
@@ -179,6 +187,16 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   const Scope& scope = cfg_.scope;
   check_preset_in_scope(req.preset, scope);
   auto preset = std::make_shared<Preset>(scoped_preset(presets_.get(req.preset), scope, req.tools, req.domains));
+  if (req.max_disk_bytes) {
+    if (*req.max_disk_bytes == 0)
+      throw WideningError("max_disk_bytes 0: must be at least 1 (leave it out to keep the preset " + preset->name +
+                          "'s " + std::to_string(preset->writes.max_disk_bytes) + ")");
+    if (*req.max_disk_bytes > preset->writes.max_disk_bytes)
+      throw WideningError("max_disk_bytes " + std::to_string(*req.max_disk_bytes) + " exceeds the preset " +
+                          preset->name + "'s writes.max_disk_bytes " + std::to_string(preset->writes.max_disk_bytes) +
+                          " (limits may only tighten)");
+    preset->writes.max_disk_bytes = *req.max_disk_bytes;
+  }
   if (req.brief.empty()) throw ScopeError("brief: may not be empty");
   std::error_code ec;
   fs::path ws = fs::canonical(req.workspace, ec);
@@ -223,6 +241,35 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   return id;
 }
 
+namespace {
+
+// The disk budget of a writer as its session watches it (DiskWatch); none for a reader.
+std::optional<DiskWatch> disk_watch(const Preset& preset, const std::optional<Worktree>& worktree,
+                                    const fs::path& workspace) {
+  if (preset.workspace_mode == WorkspaceMode::read) return std::nullopt;
+  const std::uint64_t budget = preset.writes.max_disk_bytes;
+  DiskWatch w;
+  if (worktree && worktree->disk_capped) {
+    // Its own tmpfs: ENOSPC in the child enforces the budget; the watch notices it is (nearly) full.
+    w.path = worktree->top;
+    w.floor_bytes = std::min<std::uint64_t>(64u << 10, worktree->disk_cap_bytes / 32);
+    w.what = "the worktree's " + std::to_string(worktree->disk_cap_bytes) +
+             "-byte tmpfs (its checkout plus writes.max_disk_bytes " + std::to_string(budget) + ") is full";
+    return w;
+  }
+  // A shared filesystem: the free space it had at the start, less the budget.
+  w.path = worktree ? worktree->top : workspace;
+  struct statfs st {};
+  if (::statfs(w.path.c_str(), &st) != 0) return std::nullopt;
+  const std::uint64_t free = static_cast<std::uint64_t>(st.f_bavail) * static_cast<std::uint64_t>(st.f_bsize);
+  w.floor_bytes = free > budget ? free - budget : 0;
+  w.what = "the filesystem of " + w.path.string() + " has writes.max_disk_bytes " + std::to_string(budget) +
+           " bytes less free space than at the start";
+  return w;
+}
+
+}  // namespace
+
 SessionConfig Hub::session_config(Child& c) {
   SessionConfig s;
   s.id = c.id;
@@ -248,6 +295,17 @@ SessionConfig Hub::session_config(Child& c) {
     auto p = std::make_shared<Preset>(*c.preset);
     p->sandbox.read_paths.push_back(c.worktree->git_common_dir.string());
     s.preset = p;
+  }
+  s.disk = disk_watch(*c.preset, c.worktree, c.req.workspace);
+  if (c.preset->workspace_mode == WorkspaceMode::write_locked) {
+    // A worker edits in place: no file of it grows past its disk budget (RLIMIT_FSIZE), whatever
+    // the policy's file_size_mb says.
+    const std::uint64_t mb = std::max<std::uint64_t>(1, c.preset->writes.max_disk_bytes >> 20);
+    if (c.preset->sandbox.rlimits.file_size_mb > mb) {
+      auto p = std::make_shared<Preset>(*s.preset);
+      p->sandbox.rlimits.file_size_mb = mb;
+      s.preset = p;
+    }
   }
   if (!c.later_protected.empty()) {
     // Later-execution paths that exist are read-only binds, like the policy's protected paths.
@@ -298,8 +356,10 @@ bool Hub::try_start(Child& c) {
   jobs_.run(
       io_,
       [locked, worktree, workspace = c.req.workspace, later = c.preset->writes.later_execution,
-       state_dir = cfg_.workspaces.state_dir, lock_dir = cfg_.workspaces.lock_dir,
-       id = c.id] { return prepare_start(locked, worktree, workspace, later, state_dir, lock_dir, id); },
+       state_dir = cfg_.workspaces.state_dir, lock_dir = cfg_.workspaces.lock_dir, id = c.id,
+       disk = c.preset->writes.max_disk_bytes] {
+        return prepare_start(locked, worktree, workspace, later, state_dir, lock_dir, id, disk);
+      },
       [this, id = c.id](Outcome<detail::StartPrep> r) {
         auto it = children_.find(id);
         if (it == children_.end()) return;

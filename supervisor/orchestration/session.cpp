@@ -3,6 +3,7 @@
 // and tool decisions in session_broker.cpp.
 #include "orchestration/session.hpp"
 
+#include <sys/statfs.h>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -90,7 +91,8 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       handshake_(io),
       stdout_closed_timer_(io),
       after_final_timer_(io),
-      drain_timer_(io) {}
+      drain_timer_(io),
+      disk_timer_(io) {}
 
 ChildSession::~ChildSession() {
   // Invariant 6: no child outlives its session, and none is left a zombie. Only reached with the
@@ -330,6 +332,27 @@ void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
     self->begin_wrap_up(proto::Status::timeout, Budget::time,
                         "wall-clock budget of " + std::to_string(self->cfg_.budgets.timeout_ms) + " ms reached");
   });
+  if (cfg_.disk) watch_disk();
+}
+
+void ChildSession::watch_disk() {
+  disk_timer_.expires_after(std::chrono::seconds(1));
+  disk_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->done_) return;
+    self->check_disk();
+    if (self->state_ == State::handshake || self->state_ == State::running) self->watch_disk();
+  });
+}
+
+void ChildSession::check_disk() {
+  if (!cfg_.disk || state_ != State::running) return;
+  struct statfs st {};
+  if (::statfs(cfg_.disk->path.c_str(), &st) != 0) return;  // gone or unreadable: the next check tries again
+  const std::uint64_t free = static_cast<std::uint64_t>(st.f_bavail) * static_cast<std::uint64_t>(st.f_bsize);
+  if (free >= cfg_.disk->floor_bytes) return;
+  begin_wrap_up(proto::Status::budget_exhausted, Budget::disk,
+                "disk budget exhausted: " + cfg_.disk->what + " (" + std::to_string(free) + " bytes free on " +
+                    cfg_.disk->path.string() + ")");
 }
 
 void ChildSession::cancel(const std::string& reason) {
@@ -449,6 +472,7 @@ void ChildSession::finish() {
   handshake_.cancel();
   stdout_closed_timer_.cancel();
   after_final_timer_.cancel();
+  disk_timer_.cancel();
   exec_status_.close(ignored);
   for (auto& [id, pending] : approvals_) pending->timer.cancel();  // a late answer finds the session done
   drain_timer_.cancel();

@@ -422,6 +422,7 @@ void ChildSession::handle(const proto::ToolDone& m) {
     emit(std::move(ev));
   }
   pending_tools_.erase(it);
+  check_disk();  // what the tool wrote may have used up the disk budget
 }
 
 }  // namespace supervisor

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +58,75 @@ fs::path gitdir_of_file(const fs::path& dot_git) {
   if (g.is_relative()) g = dot_git.parent_path() / g;
   return fs::canonical(g);
 }
+
+// A file of the state directory written whole or not at all: the bytes go to a temporary beside it
+// (".<name>.tmp-<pid>-<n>"), which commit() syncs and renames into place; anything short of that
+// removes the temporary. A failed write (ENOSPC on a full disk) is remembered and named by error().
+class AtomicFile {
+ public:
+  explicit AtomicFile(fs::path file) : file_(std::move(file)) {
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      tmp_ = file_.parent_path() /
+             ("." + file_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd_ >= 0 || errno != EEXIST) break;
+    }
+    if (fd_ < 0) fail("cannot create a temporary file in " + file_.parent_path().string(), errno);
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  bool write(std::string_view data) {
+    while (error_.empty() && !data.empty()) {
+      ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail("write failed", n < 0 ? errno : EIO);
+        break;
+      }
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return error_.empty();
+  }
+
+  // Syncs and renames the temporary into place; false (and error()) when any step failed.
+  bool commit() {
+    if (!error_.empty()) return false;
+    if (::fsync(fd_) != 0) return fail("fsync failed", errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return fail("close failed", errno);
+    if (::rename(tmp_.c_str(), file_.c_str()) != 0) return fail("rename failed", errno);
+    committed_ = true;
+    if (int dir = ::open(file_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+      (void)::fsync(dir);  // the rename is durable; a failure here leaves a whole file either way
+      ::close(dir);
+    }
+    return true;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  bool fail(const std::string& what, int err) {
+    if (error_.empty()) {
+      error_ = "cannot write '" + file_.string() + "': " + what + ": " + std::strerror(err);
+      if (err == ENOSPC || err == EDQUOT)
+        error_ += " (the filesystem holding " + file_.parent_path().string() + " is full)";
+    }
+    return false;
+  }
+
+  fs::path file_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::string error_;
+};
 
 // Copies a workspace that is no repository, leaving out every `.git` (a planted one must never
 // become the copy's repository) and following no symlink.
@@ -335,12 +408,89 @@ class RepositoryLock {
 
 }  // namespace
 
+namespace {
+
+std::string mount_error(const std::string& what, int err) {
+  return what + ": " + std::strerror(err) + (err == EPERM ? " (needs root or CAP_SYS_ADMIN)" : "");
+}
+
+// The bytes a filesystem holds (what its files use), from statfs.
+std::uint64_t used_bytes(const fs::path& dir) {
+  struct statfs st {};
+  if (::statfs(dir.c_str(), &st) != 0)
+    throw std::runtime_error("statfs '" + dir.string() + "': " + std::strerror(errno));
+  return static_cast<std::uint64_t>(st.f_blocks - st.f_bfree) * static_cast<std::uint64_t>(st.f_bsize);
+}
+
+// Sets the size of the tmpfs at wt.top (rounded up to whole pages).
+void resize_cap(Worktree& wt, std::uint64_t size) {
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  size = (size + page - 1) / page * page;
+  const std::string opts = "size=" + std::to_string(size);
+  if (::mount(nullptr, wt.top.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
+    throw std::runtime_error(mount_error("could not resize the worktree's tmpfs at " + wt.top.string(), errno));
+  wt.disk_cap_bytes = size;
+}
+
+// Makes wt.top a tmpfs without a size of its own yet (tmpfs's default, half the RAM: the checkout
+// must fit before it can be measured); without the privilege, says why in wt.disk_cap_missing.
+void mount_cap(Worktree& wt) {
+  if (::mkdir(wt.top.c_str(), 0755) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create '" + wt.top.string() + "': " + std::strerror(errno));
+  if (::mount("subagent-worktree", wt.top.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    wt.disk_cap_missing =
+        mount_error("the worktree is on the state directory's filesystem: mounting a size-capped tmpfs at " +
+                        wt.top.string() + " failed",
+                    errno);
+    return;
+  }
+  wt.disk_capped = true;
+}
+
+void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir);
+
+}  // namespace
+
+std::string release_worktree_mount(const fs::path& top) noexcept {
+  try {
+    struct statfs sf {};
+    if (::statfs(top.c_str(), &sf) != 0)
+      return errno == ENOENT ? "" : "statfs '" + top.string() + "': " + std::strerror(errno);
+    if (static_cast<unsigned long>(sf.f_type) != TMPFS_MAGIC) return "";
+    struct stat here {};
+    struct stat above {};
+    if (::stat(top.c_str(), &here) != 0 || ::stat(top.parent_path().c_str(), &above) != 0)
+      return "stat '" + top.string() + "': " + std::strerror(errno);
+    if (here.st_dev == above.st_dev) return "";  // a directory of a tmpfs above, not a mount of its own
+    if (::umount2(top.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
+      return "unmount '" + top.string() + "': " + std::strerror(errno);
+    if (::rmdir(top.c_str()) != 0 && errno != ENOENT) return "rmdir '" + top.string() + "': " + std::strerror(errno);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const fs::path& lock_dir,
-                         const std::string& id) {
+                         const std::string& id, std::uint64_t disk_budget) {
   Worktree wt;
   wt.source = workspace;
   wt.top = state_dir / "worktrees" / id;
   fs::create_directories(wt.top.parent_path());
+  if (disk_budget > 0) mount_cap(wt);
+  try {
+    checkout_into(wt, workspace, lock_dir);
+    if (wt.disk_capped) resize_cap(wt, used_bytes(wt.top) + disk_budget);
+  } catch (...) {
+    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
+    throw;
+  }
+  return wt;
+}
+
+namespace {
+
+void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir) {
   fs::path top;
   fs::path git_dir = find_git_dir(workspace, &top);
   std::string head;
@@ -383,7 +533,7 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
     fs::path rel = fs::relative(workspace, top);
     wt.path = (!rel.empty() && rel != ".") ? wt.top / rel : wt.top;
     fs::create_directories(wt.path);
-    return wt;
+    return;
   }
   // Not a git repository (or one without commits): a copy with a baseline commit of its own.
   wt.source_top = workspace;
@@ -409,8 +559,9 @@ Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, c
   rev.what = "git rev-parse HEAD";
   rev.args = {"rev-parse", "HEAD"};
   wt.base = first_line(must_git(rev).out, rev.what);
-  return wt;
 }
+
+}  // namespace
 
 json to_json(const PatchReview& r) {
   json symlinks = json::array(), modes = json::array();
@@ -465,6 +616,13 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
     if (ec) throw std::runtime_error("could not remove the nested repository '" + n + "/.git': " + ec.message());
   }
   const std::vector<std::string> pathspec = {"--", "."};
+  // A copy's repository is inside its tmpfs: `git add` stores the child's files there once more
+  // (compressed), so the full worktree gets room for them. (A git worktree's objects go to the
+  // source repository.)
+  if (wt.disk_capped && !wt.git) {
+    Worktree grown = wt;
+    resize_cap(grown, wt.disk_cap_bytes * 2 + (64u << 20));
+  }
 
   GitStep base;
   base.git_dir = wt.git_dir;
@@ -523,9 +681,15 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
   fs::path dir = state_dir / "patches";
   fs::create_directories(dir);
   p.file = dir / (id + ".patch");
+  const fs::path meta_file = dir / (id + ".json");
   {
-    std::ofstream out(p.file, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write '" + p.file.string() + "'");
+    // A patch from an earlier child of the same id is never left paired with this one's record.
+    std::error_code ec;
+    fs::remove(meta_file, ec);
+  }
+  {
+    AtomicFile out(p.file);
+    if (!out.error().empty()) throw std::runtime_error(out.error() + "; nothing was saved");
     bool too_big = false;
     GitStep diff = base;
     diff.what = "git diff in the worktree";
@@ -537,20 +701,18 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
         too_big = true;
         return false;
       }
-      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      if (!out.write(chunk)) return false;  // the disk is full: stop git, nothing is saved
       p.bytes += chunk.size();
       return true;
     };
     GitResult dr = run_git(diff);
-    out.close();
-    if (too_big || dr.code != 0 || !out) {
-      std::error_code ec;
-      fs::remove(p.file, ec);
-      if (too_big)
-        throw std::runtime_error("the patch is larger than " + std::to_string(policy.max_patch_bytes) +
-                                 " bytes (the policy's writes.max_patch_bytes); nothing was saved");
-      throw std::runtime_error(diff.what + ": " + dr.err);
-    }
+    if (too_big)
+      throw std::runtime_error("the patch is larger than " + std::to_string(policy.max_patch_bytes) +
+                               " bytes (the policy's writes.max_patch_bytes); nothing was saved");
+    if (!out.error().empty()) throw std::runtime_error(out.error() + "; nothing was saved");
+    if (dr.code != 0 || dr.stopped) throw std::runtime_error(diff.what + ": " + dr.err);
+    // The temporary is removed by `out` on every throw above.
+    if (!out.commit()) throw std::runtime_error(out.error() + "; nothing was saved");
   }
 
   std::vector<std::string> later = policy.later_execution;
@@ -580,7 +742,13 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
                {"bytes", p.bytes},
                {"review", to_json(p.review)},
                {"patch", p.file.string()}};
-  std::ofstream(dir / (id + ".json")) << meta.dump(2) << "\n";
+  // The record is what `apply` reads: written whole after the patch, or neither stays.
+  AtomicFile record(meta_file);
+  if (!record.write(meta.dump(2) + "\n") || !record.commit()) {
+    std::error_code ec;
+    fs::remove(p.file, ec);
+    throw std::runtime_error(record.error() + "; nothing was saved");
+  }
   return p;
 }
 
@@ -588,6 +756,8 @@ void remove_worktree(const Worktree& wt) noexcept {
   try {
     // No git runs in the child's tree: remove it (remove_all follows no symlink), then let the
     // repository forget the worktree.
+    // A size-capped worktree goes with its tmpfs (a lazy unmount: whatever still holds it open).
+    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
     std::error_code ec;
     fs::remove_all(wt.top, ec);
     if (wt.git) {

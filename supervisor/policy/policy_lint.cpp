@@ -298,6 +298,7 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
             "writes.later_execution no longer guards");
     limit("writes.max_patch_bytes", p.writes.max_patch_bytes, shipped.writes.max_patch_bytes, false);
     limit("writes.max_patch_files", p.writes.max_patch_files, shipped.writes.max_patch_files, false);
+    limit("writes.max_disk_bytes", p.writes.max_disk_bytes, shipped.writes.max_disk_bytes, false);
   }
   return out;
 }

@@ -442,7 +442,7 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
   p.writes.later_execution = default_later_execution();
   if (doc.contains("writes")) {
     const json& w = r.object(doc, "writes", "");
-    r.only_keys(w, "writes", {"later_execution", "max_patch_bytes", "max_patch_files"});
+    r.only_keys(w, "writes", {"later_execution", "max_patch_bytes", "max_patch_files", "max_disk_bytes"});
     if (w.contains("later_execution")) {
       p.writes.later_execution = r.strings(w, "later_execution", "writes.", false);
       for (const auto& e : p.writes.later_execution) {
@@ -461,6 +461,8 @@ Preset parse_preset(const json& doc, const fs::path& source, const std::string& 
     p.writes.max_patch_files = r.number(w, "max_patch_files", "writes.", p.writes.max_patch_files, false);
     if (p.writes.max_patch_bytes == 0) r.fail("writes.max_patch_bytes", "must be positive");
     if (p.writes.max_patch_files == 0) r.fail("writes.max_patch_files", "must be positive");
+    p.writes.max_disk_bytes = r.number(w, "max_disk_bytes", "writes.", p.writes.max_disk_bytes, false);
+    if (p.writes.max_disk_bytes == 0) r.fail("writes.max_disk_bytes", "must be positive");
   }
 
   const json& b = r.object(doc, "budgets", "");

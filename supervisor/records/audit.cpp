@@ -114,10 +114,26 @@ std::string AuditLog::append(const std::string& line) noexcept {
   while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(line.size())) return {};
   const int err = n < 0 ? errno : ENOSPC;
+  std::string partial;
+  if (n > 0) {
+    // A full disk took part of the line: cut it off again while it is still the file's end (our
+    // offset is the end of what we wrote), so every line of the log stays whole JSON. When another
+    // writer appended meanwhile, the fragment is ended with a newline: a line of its own that no
+    // reader takes for part of the next one.
+    struct stat st;
+    const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+    if (end >= n && ::fstat(fd_, &st) == 0 && st.st_size == end && ::ftruncate(fd_, end - n) == 0)
+      partial = " (the partial line was removed)";
+    else if (::write(fd_, "\n", 1) == 1)
+      partial = " (a partial line was written and ended with a newline)";
+    else
+      partial = " (a partial line was written)";
+  }
   ::close(fd_);
   fd_ = -1;  // reopened at the next line (the disk may have room again)
-  return "cannot append to audit log " + file_.string() + ": " + std::strerror(err) +
-         (n > 0 ? " (a partial line was written)" : "");
+  std::string text = "cannot append to audit log " + file_.string() + ": " + std::strerror(err) + partial;
+  if (err == ENOSPC || err == EDQUOT) text += "; the filesystem holding " + file_.parent_path().string() + " is full";
+  return text;
 }
 
 }  // namespace supervisor

@@ -46,6 +46,8 @@ struct SpawnRequest {
   BudgetOverrides limits;
   std::optional<std::vector<std::string>> tools;    // narrow the preset's tools to these
   std::optional<std::vector<std::string>> domains;  // research: domains the child may fetch from
+  // Tightens the preset's writes.max_disk_bytes (never widens: WideningError).
+  std::optional<std::uint64_t> max_disk_bytes;
 };
 
 inline constexpr std::size_t kMaxConcurrentCeiling = 64;

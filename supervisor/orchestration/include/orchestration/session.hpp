@@ -69,6 +69,16 @@ struct Progress {
   std::uint64_t elapsed_ms = 0;
 };
 
+// A writer's disk budget as the supervisor watches it (docs/writers.md, "Disk"): after each tool
+// call and every second while the child runs, statfs(path); once fewer than floor_bytes are free
+// the child is asked to wrap up (budget "disk"). For a size-capped worktree the floor is "nearly
+// full"; for a write root on a shared filesystem it is the free space at the start less the budget.
+struct DiskWatch {
+  std::filesystem::path path;
+  std::uint64_t floor_bytes = 0;
+  std::string what;  // the reason's words: "the worktree's 1073745920-byte tmpfs is full"
+};
+
 struct SessionConfig {
   std::string id;
   std::shared_ptr<const Preset> preset;
@@ -88,6 +98,7 @@ struct SessionConfig {
   std::function<void(const std::string& line)> on_log;        // child stderr, prefixed [subagent:<id>]
   std::function<void(const nlohmann::json& event)> on_event;  // transcript / audit events
   std::function<void(const Progress&)> on_progress;
+  std::optional<DiskWatch> disk;  // writers: the disk budget
 };
 
 class ChildSession : public std::enable_shared_from_this<ChildSession> {
@@ -161,6 +172,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void close_to_child();
   // A budget (or the clock: Budget::time with Status::timeout) is used up: the child is asked to wrap up.
   void begin_wrap_up(protocol::Status status, Budget budget, const std::string& why);
+  // cfg_.disk: wraps the child up when its filesystem has fewer than floor_bytes free.
+  void check_disk();
+  void watch_disk();
   void fail(protocol::Status status, const std::string& reason);  // protocol errors, launch failures
   void kill_tree(const std::string& why);
   void maybe_finish();
@@ -225,6 +239,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   boost::asio::steady_timer stdout_closed_timer_;  // stdout closed: the child must exit within exit_grace
   boost::asio::steady_timer after_final_timer_;    // final sent: the child must exit within exit_grace
   boost::asio::steady_timer drain_timer_;          // exited: its pipes get a moment to drain
+  boost::asio::steady_timer disk_timer_;           // cfg_.disk: the once-a-second check
 
   // What happened, for the envelope.
   std::optional<protocol::Status> status_;  // terminal status once decided

@@ -102,6 +102,11 @@ struct Worktree {
   std::filesystem::path git_dir;         // the worktree's own git dir (explicit in every git step)
   std::filesystem::path git_common_dir;  // the source repository's .git (read-only for the child)
   std::filesystem::path repo_lock;       // the lock file of the source repository's worktree add/prune
+  // The disk cap (create_worktree's disk_budget): `top` is a tmpfs of the checkout's size plus the
+  // budget, or `disk_cap_missing` says why it is not (no mount privilege).
+  bool disk_capped = false;
+  std::uint64_t disk_cap_bytes = 0;  // the tmpfs's size
+  std::string disk_cap_missing;
 };
 
 // Creates <state_dir>/worktrees/<id>: `git worktree add --detach` of HEAD when `workspace` is in a
@@ -109,8 +114,19 @@ struct Worktree {
 // through run_git (git_step.hpp). `git worktree add` (and remove_worktree's prune) of one repository
 // run one at a time, under a lock file in `lock_dir` (Workspaces::lock_dir: beyond every child's
 // reach). Throws std::runtime_error with git's message on failure.
+//
+// disk_budget > 0: `top` is first made a tmpfs (size-capped filesystem, mounted by the supervisor,
+// which needs CAP_SYS_ADMIN), and once the checkout is in it, remounted at the size it uses plus
+// disk_budget, so the child's writes past the budget fail with ENOSPC. Without the privilege the
+// worktree is an ordinary directory and disk_cap_missing says why.
 Worktree create_worktree(const std::filesystem::path& workspace, const std::filesystem::path& state_dir,
-                         const std::filesystem::path& lock_dir, const std::string& id);
+                         const std::filesystem::path& lock_dir, const std::string& id, std::uint64_t disk_budget = 0);
+
+// Unmounts the size-capped tmpfs a worktree's top may be (create_worktree's disk_budget), lazily
+// (MNT_DETACH), and removes the then-empty directory. For remove_worktree, and for crash recovery
+// settling what a killed supervisor left at <state_dir>/worktrees/<id>: a no-op (returns "") on a
+// path that is no tmpfs mount point; else "" or what failed.
+std::string release_worktree_mount(const std::filesystem::path& top) noexcept;
 
 // What a reviewer must see before applying a patch.
 struct PatchReview {
@@ -142,7 +158,9 @@ struct Patch {
 // Everything the child changed in its worktree, as a binary git diff against the base, streamed to
 // <state_dir>/patches/<id>.patch for `subagent-supervisor apply ID`. Every .git the child created
 // (a nested repository) is removed first and listed; git never reads it. Throws std::runtime_error when the patch
-// exceeds policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails.
+// exceeds policy.max_patch_bytes or max_patch_files (nothing is saved then) or git fails, or the
+// patch or its record cannot be written (a full disk: the error names the file and the filesystem,
+// and nothing is saved). Both files are written whole (a temporary, synced, renamed) or not at all.
 Patch collect_patch(const Worktree& wt, const std::filesystem::path& state_dir, const std::string& id,
                     const WritePolicy& policy);
 

@@ -77,6 +77,10 @@ struct WritePolicy {
   std::vector<std::string> later_execution;  // default: default_later_execution()
   std::uint64_t max_patch_bytes = 16u << 20;
   std::uint64_t max_patch_files = 2000;
+  // The bytes a writer may add to disk (docs/writers.md, "Disk"): an implementation child's worktree
+  // is a tmpfs of its checkout plus this much where the supervisor can mount; a worker is wrapped up
+  // once its workspace's filesystem has this much less free space than at its start.
+  std::uint64_t max_disk_bytes = 1ull << 30;
 };
 
 struct Preset {
