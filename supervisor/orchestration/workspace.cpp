@@ -776,6 +776,8 @@ void remove_worktree(const Worktree& wt) noexcept {
 
 std::string forget_worktree(const fs::path& top, const fs::path& workspace, const fs::path& lock_dir) {
   try {
+    // A disk-capped worktree is a tmpfs of its own (a dead supervisor's stays mounted): unmount it first.
+    if (std::string e = release_worktree_mount(top); !e.empty()) return e;
     std::error_code ec;
     fs::remove_all(top, ec);  // follows no symlink
     if (ec) return "could not remove " + top.string() + ": " + ec.message();
