@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "serve_driver.hpp"
 #include "policy/preset.hpp"
 #include "orchestration/workspace.hpp"
+#include "orchestration/held.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;
@@ -148,9 +150,14 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
   auto w = cli.run("worker", ws.path(), plant);
   json we = envelope(w);
   REQUIRE_MESSAGE(we["status"] == "completed", w.out << w.err);
-  // The worker's planted repository is reported as a later-execution change.
+  // The worker's planted repository is reported, held out of the workspace, and released on request.
   CHECK(contains(we["artifacts"]["later_execution"]["new_repositories"], "."));
+  CHECK(contains(we["artifacts"]["later_execution"]["held"], ".git"));
   CHECK(we["artifacts"]["later_execution"].contains("warning"));
+  CHECK_FALSE(fs::exists(ws.path() / ".git"));
+  auto released = cli.apply(we["id"], true);
+  REQUIRE_MESSAGE(released.code == 0, released.err);
+  REQUIRE(fs::is_directory(ws.path() / ".git"));
   for (const auto& f : fs::directory_iterator(marks.path()))
     fs::remove(f.path());  // the worker's own git ran them inside its sandbox
 
@@ -399,12 +406,145 @@ TEST_CASE("worker: existing later-execution paths are read-only, new ones are fl
   CHECK(contains(le["changed"], ".envrc"));
   CHECK(contains(le["changed"], "sub/x/.git"));
   CHECK(contains(le["new_repositories"], "sub/x"));
+  // What it created there is held outside the workspace; what existed stays where it was.
+  for (const char* p : {".mcp.json", ".envrc", "sub/x/.git"}) {
+    CHECK(contains(le["held"], p));
+    CHECK_FALSE(fs::exists(fs::symlink_status(repo.path() / p)));
+    CHECK(fs::exists(fs::path(le["held_dir"].get<std::string>()) / p));
+  }
+  CHECK(fs::exists(repo.path() / ".husky/pre-commit"));
+  CHECK(fs::exists(repo.path() / ".git/config"));
   CHECK(contains(le["protected"], (repo.path() / ".husky").string()));
   CHECK(contains(le["protected"], (repo.path() / "sub/deep/.claude").string()));
   // Twin: the same writes without the sandbox succeed.
   auto twin =
       test::run({"/bin/sh", "-c", "echo x > .vscode/tasks.json && echo x >> .husky/pre-commit"}, "", repo.path());
   CHECK(twin.code == 0);
+}
+
+namespace {
+
+// A worker's attack on the user's next ordinary commands: a nested repository in sub/ whose
+// core.fsmonitor runs on the next `git status` there (which many shell prompts run on `cd`), and a
+// pre-commit hook where the repository's core.hooksPath points. Each leaves a mark in `marks`.
+std::string later_attack(const fs::path& marks) {
+  return "git init -q sub && git -C sub config core.fsmonitor 'touch " + (marks / "fsmonitor").string() +
+         "; false' && git -C sub -c core.fsmonitor=false -c core.hooksPath=/dev/null add -A && "
+         "mkdir .husky && printf '#!/bin/sh\\ntouch " +
+         (marks / "hook").string() + "\\n' > .husky/pre-commit && chmod +x .husky/pre-commit";
+}
+
+// What the user types next, outside any sandbox.
+void user_commands(const fs::path& repo) {
+  test::run({"/bin/sh", "-c", "cd sub && git status"}, "", repo);
+  git(repo, "commit -q --allow-empty -m next");
+}
+
+}  // namespace
+
+TEST_CASE("worker: a nested fsmonitor and a hooksPath hook are held; the user's git status and commit run neither") {
+  test::TempDir repo, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);  // set, but .husky does not exist yet
+  Cli cli;
+  auto r = cli.run("worker", repo.path(), later_attack(marks.path()) + " && echo edited > sub/a.txt");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  const json& le = e["artifacts"]["later_execution"];
+  INFO(le.dump());
+  CHECK(contains(le["held"], "sub/.git"));
+  CHECK(contains(le["held"], ".husky"));
+  const std::string id = e["id"];
+  CHECK(le["release"] == "subagent-supervisor apply " + id + " --allow-flagged");
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "edited\n");  // ordinary edits stay in place
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+
+  // apply without --allow-flagged names what is held and moves nothing.
+  auto refused = cli.apply(id);
+  CHECK(refused.code == 1);
+  CHECK(refused.err.find("later-execution path sub/.git") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+  // Nothing that exists now is overwritten.
+  fs::create_directory(repo.path() / ".husky");
+  auto blocked = cli.apply(id, true);
+  CHECK(blocked.code == 1);
+  CHECK(blocked.err.find("'.husky' exists") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+  fs::remove(repo.path() / ".husky");
+
+  // Twin: released, the same files run both programs on the same commands.
+  auto released = cli.apply(id, true);
+  REQUIRE_MESSAGE(released.code == 0, released.err);
+  CHECK(fs::exists(repo.path() / "sub/.git/config"));
+  CHECK(fs::exists(repo.path() / ".husky/pre-commit"));
+  user_commands(repo.path());
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+  CHECK(cli.apply(id, true).out.find("released already") != std::string::npos);
+}
+
+TEST_CASE("worker: a legitimate git init is held, then released with apply, and works") {
+  test::TempDir ws;
+  Cli cli;
+  auto r = cli.run("worker", ws.path(), "git init -q proj && echo hi > proj/README");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  CHECK(contains(e["artifacts"]["later_execution"]["held"], "proj/.git"));
+  CHECK(fs::exists(ws.path() / "proj/README"));
+  CHECK(git(ws.path() / "proj", "status").code != 0);  // no repository there until released
+  auto a = cli.apply(e["id"], true);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  CHECK(a.out.find("released") != std::string::npos);
+  CHECK(git(ws.path() / "proj", "status").code == 0);
+}
+
+TEST_CASE("held: moved across filesystems without following a symlink, settled once, released in place") {
+  test::TempDir ws, outside;
+  // The state directory on another filesystem than the workspace when there is one (rename: EXDEV).
+  std::string tmpl = (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) +
+                     "/subagent-held-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl.data()));
+  const fs::path state = tmpl;
+  ws.write("src/main.c", "int main;\n");
+  const std::string id = "abc123";
+  supervisor::record_spawn(state, id, supervisor::watch_later_execution(ws.path(), supervisor::default_later_execution()));
+  CHECK(fs::exists(state / "held" / id / "spawn.json"));
+  // What a child leaves: a repository whose .git it made unwritable, a symlinked directory on the
+  // way to a listed path (its target must stay where it is), a listed name that is a symlink.
+  ws.write("proj/.git/config", "[core]\n");
+  fs::permissions(ws.path() / "proj/.git", fs::perms::owner_read | fs::perms::owner_exec);
+  outside.write("workflows/ci.yml", "on: push\n");
+  fs::create_directory_symlink(outside.path(), ws.path() / ".github");
+  fs::create_symlink("/etc/passwd", ws.path() / ".envrc");
+  supervisor::HeldReport r = supervisor::settle_later_execution(state, id);
+  INFO(r.failed.size());
+  CHECK(r.failed.empty());
+  std::set<std::string> held(r.held.begin(), r.held.end());
+  CHECK(held == std::set<std::string>{".envrc", ".github", "proj/.git"});
+  CHECK_FALSE(fs::exists(fs::symlink_status(ws.path() / ".github")));
+  CHECK_FALSE(fs::exists(fs::symlink_status(ws.path() / ".envrc")));
+  CHECK_FALSE(fs::exists(ws.path() / "proj/.git"));
+  CHECK(fs::exists(outside.path() / "workflows/ci.yml"));  // the link moved, not its target
+  CHECK(fs::exists(ws.path() / "src/main.c"));
+  const fs::path files = state / "held" / id / "files";
+  CHECK(fs::is_symlink(files / ".github"));
+  CHECK(test::slurp(files / "proj/.git/config") == "[core]\n");
+  CHECK_FALSE(fs::exists(state / "held" / id / "spawn.json"));
+  CHECK(supervisor::settle_later_execution(state, id).held == r.held);  // once: the record answers again
+
+  auto refused = supervisor::release_held(state, id, false);
+  CHECK_FALSE(refused.ok);
+  CHECK_FALSE(fs::exists(ws.path() / "proj/.git"));
+  auto released = supervisor::release_held(state, id, true);
+  CHECK_MESSAGE(released.ok, released.message);
+  CHECK(fs::read_symlink(ws.path() / ".github") == outside.path());
+  CHECK(fs::read_symlink(ws.path() / ".envrc") == "/etc/passwd");
+  CHECK(test::slurp(ws.path() / "proj/.git/config") == "[core]\n");
+  CHECK((fs::status(ws.path() / "proj/.git").permissions() & fs::perms::owner_write) == fs::perms::none);
+  fs::permissions(ws.path() / "proj/.git", fs::perms::owner_all);
+  fs::remove_all(state);
 }
 
 TEST_CASE(

@@ -3,7 +3,7 @@
 
 #include "records/terminal.hpp"
 #include "cli/cli.hpp"
-#include "orchestration/workspace.hpp"
+#include "orchestration/held.hpp"
 
 namespace supervisor::cli {
 
@@ -34,7 +34,7 @@ int cmd_apply(Args args) {
       throw UsageError("apply takes one child id");
   }
   if (id.empty()) throw UsageError("apply needs the child's ID");
-  ApplyResult r = apply_patch(state_dir, id, allow_flagged);
+  ApplyResult r = apply_child_work(state_dir, id, allow_flagged);
   // The message and the file names come from the child's patch.
   print_for_terminal(r.ok ? stdout : stderr, "%s\n", r.message.c_str());
   for (const auto& f : r.files) print_for_terminal(stdout, "  %s\n", f.c_str());
