@@ -91,6 +91,17 @@ bool contains(const json& arr, const std::string& s) {
   return false;
 }
 
+// A worker's run, and the release of what it left among the later-execution paths (held until then):
+// for tests of what comes after.
+json worker_released(const Cli& cli, const fs::path& ws, const std::string& script) {
+  json e = envelope(cli.run("worker", ws, script));
+  if (!e["artifacts"]["later_execution"].value("held", json::array()).empty()) {
+    auto a = cli.apply(e["id"], true);
+    REQUIRE_MESSAGE(a.code == 0, a.err);
+  }
+  return e;
+}
+
 // A repository configuration whose every executable setting leaves a marker file in `marks`.
 std::string hostile_config(const fs::path& marks) {
   auto touch = [&](const std::string& name) { return "touch " + (marks / name).string(); };
@@ -485,6 +496,44 @@ TEST_CASE("worker: a nested fsmonitor and a hooksPath hook are held; the user's 
   CHECK(cli.apply(id, true).out.find("released already") != std::string::npos);
 }
 
+TEST_CASE("sandbox --preset worker|implementation: what CMD plants is held and listed on stderr; the exit status is CMD's") {
+  for (const std::string preset : {"worker", "implementation"}) {
+    CAPTURE(preset);
+    test::TempDir repo, marks, state;
+    make_repo(repo);
+    REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+    auto r = test::run({test::bin("subagent-supervisor").string(), "sandbox", "--preset", preset, "--workspace",
+                        repo.path().string(), "--state-dir", state.path().string(), "--", "/bin/sh", "-c",
+                        later_attack(marks.path()) + " && exit 7"});
+    INFO(r.err);
+    CHECK(r.code == 7);
+    CHECK(r.err.find("  sub/.git\n") != std::string::npos);
+    CHECK(r.err.find("  .husky\n") != std::string::npos);
+    const std::string tail = " --allow-flagged --state-dir " + state.path().string();
+    const auto at = r.err.find("subagent-supervisor apply ");
+    REQUIRE(at != std::string::npos);
+    const std::string id = r.err.substr(at + 26, 12);
+    CHECK(r.err.find("subagent-supervisor apply " + id + tail) != std::string::npos);
+    user_commands(repo.path());
+    CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+    CHECK_FALSE(fs::exists(marks.path() / "hook"));
+    // Twin: released with the printed command, the same files run on the same commands.
+    auto a = test::run({test::bin("subagent-supervisor").string(), "apply", id, "--allow-flagged", "--state-dir",
+                        state.path().string()});
+    REQUIRE_MESSAGE(a.code == 0, a.err);
+    user_commands(repo.path());
+    CHECK(fs::exists(marks.path() / "fsmonitor"));
+    CHECK(fs::exists(marks.path() / "hook"));
+  }
+  // A read-only preset holds nothing and says nothing.
+  test::TempDir ws, state;
+  auto r = test::run({test::bin("subagent-supervisor").string(), "sandbox", "--preset", "explore", "--workspace",
+                      ws.path().string(), "--state-dir", state.path().string(), "--", "/bin/true"});
+  CHECK(r.code == 0);
+  CHECK(r.err.find("held") == std::string::npos);
+  CHECK_FALSE(fs::exists(state.path() / "held"));
+}
+
 TEST_CASE("worker: a legitimate git init is held, then released with apply, and works") {
   test::TempDir ws;
   Cli cli;
@@ -624,6 +673,84 @@ TEST_CASE("serve and mcp apply: the explicit allow_flagged field") {
   CHECK(fs::exists(repo.path() / "tool.sh"));
 }
 
+TEST_CASE("serve: a worker's nested fsmonitor and hooksPath hook are held; serve's apply releases them") {
+  test::TempDir repo, scripts, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  test::Serve serve({{"--child", test::program("fake_child").string(), "--child-arg", "shell", "--model",
+                      test::replay(scripts, "m.jsonl", "{\"content\":\"unused\"}")}});
+  serve.hello();
+  std::string id = serve.spawn_bg(
+      "s1", {{"preset", "worker"}, {"workspace", repo.path().string()}, {"brief", later_attack(marks.path())}});
+  REQUIRE_FALSE(id.empty());
+  json done = serve.child_done(id);
+  const json& le = done["envelope"]["artifacts"]["later_execution"];
+  INFO(le.dump());
+  CHECK(contains(le["held"], "sub/.git"));
+  CHECK(contains(le["held"], ".husky"));
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+  serve.send({{"type", "apply"}, {"id", "a1"}, {"child_id", id}});
+  json refused = serve.reply("a1");
+  CHECK(refused["ok"] == false);
+  CHECK(refused["message"].get<std::string>().find("later-execution path .husky") != std::string::npos);
+  serve.send({{"type", "apply"}, {"id", "a2"}, {"child_id", id}, {"allow_flagged", true}});
+  json released = serve.reply("a2");
+  CHECK_MESSAGE(released["ok"] == true, released.dump());
+  user_commands(repo.path());  // twin
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+}
+
+TEST_CASE("mcp agent_apply releases a worker's held files through the same code (allow_flagged explicit)") {
+  test::TempDir repo, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  Cli cli;
+  json e = envelope(cli.run("worker", repo.path(), later_attack(marks.path())));
+  REQUIRE(e["status"] == "completed");
+  CHECK(contains(e["artifacts"]["later_execution"]["held"], "sub/.git"));
+  const std::string id = e["id"];
+  auto call = [&](int n, json args) {
+    return json{{"jsonrpc", "2.0"},
+                {"id", n},
+                {"method", "tools/call"},
+                {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
+               .dump() +
+           "\n";
+  };
+  std::string in = json{{"jsonrpc", "2.0"},
+                        {"id", 1},
+                        {"method", "initialize"},
+                        {"params",
+                         {{"protocolVersion", "2025-06-18"},
+                          {"capabilities", json::object()},
+                          {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}
+                       .dump() +
+                   "\n" + json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+                   call(2, {{"child_id", id}}) + call(3, {{"child_id", id}, {"allow_flagged", true}});
+  auto r = test::run(
+      {test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(), "--workspace",
+       repo.path().string(), "--no-transcript", "--audit-log", (cli.state.path() / "mcp-audit.jsonl").string()},
+      in);
+  std::map<int, json> replies;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    json j = json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("id") && j["id"].is_number()) replies[j["id"]] = j;
+  }
+  REQUIRE_MESSAGE(replies.count(3), r.out << r.err);
+  CHECK(replies[2]["result"]["isError"] == true);
+  CHECK(replies[2].dump().find("later-execution path sub/.git") != std::string::npos);
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(replies[3]["result"]["isError"] == false);
+  user_commands(repo.path());  // twin: released, the same command runs it
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+}
+
 TEST_CASE("policy explain lists the later-execution paths and the patch caps") {
   test::TempDir repo;
   make_repo(repo);
@@ -695,7 +822,7 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
   SUBCASE("a .git file (gitdir: ...) that the repository does not name back") {
     test::TempDir ws;
     ws.write("a.txt", "a\n");
-    REQUIRE(envelope(cli.run("worker", ws.path(), "printf 'gitdir: " + sg + "\\n' > .git"))["status"] == "completed");
+    REQUIRE(worker_released(cli, ws.path(), "printf 'gitdir: " + sg + "\\n' > .git")["status"] == "completed");
     json e = envelope(cli.run("implementation", ws.path(), probe));
     CHECK(e["status"] == "failed");
     CHECK(e["reason"].get<std::string>().find("refusing to use it") != std::string::npos);
@@ -705,11 +832,11 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
   SUBCASE("a .git directory whose refs and objects are symlinks into the other repository") {
     test::TempDir ws;
     ws.write("a.txt", "a\n");
-    REQUIRE(envelope(cli.run("worker", ws.path(),
-                             "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
+    REQUIRE(worker_released(cli, ws.path(),
+                            "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
                              "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
                              "ln -s " +
-                                 sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] ==
+                                 sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects")["status"] ==
             "completed");
     REQUIRE(git(secret.path(), "branch -m master").code == 0);
     json e = envelope(cli.run("implementation", ws.path(), probe));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -48,10 +49,6 @@ class Fd {
 
 [[noreturn]] void fail_errno(const std::string& what, int err) {
   throw std::runtime_error(what + ": " + std::strerror(err));
-}
-
-bool valid_id(const std::string& id) {
-  return !id.empty() && id.size() <= 64 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 std::vector<std::string> components(const std::string& rel) {
@@ -286,6 +283,26 @@ std::vector<std::string> nested_of(const std::vector<std::string>& changed) {
   return nested;
 }
 
+// Entries a walk visits at the end: past it the scan is incomplete (and says so). Far above the spawn
+// scan's 200,000: a child that makes files to hide a listed path must make millions.
+constexpr std::size_t kMaxSettleEntries = 4'000'000;
+
+// Nanoseconds since the epoch.
+long long now_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<long long>(t.tv_sec) * 1'000'000'000LL + t.tv_nsec;
+}
+
+// Whether workspace/rel was born at or after `since_ns` (statx birth time, which nobody can set);
+// false when the filesystem keeps no birth time.
+bool born_since(const fs::path& workspace, const std::string& rel, long long since_ns) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, (workspace / rel).c_str(), AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) != 0) return false;
+  if (!(sx.stx_mask & STATX_BTIME)) return false;
+  return static_cast<long long>(sx.stx_btime.tv_sec) * 1'000'000'000LL + sx.stx_btime.tv_nsec >= since_ns;
+}
+
 json report_json(const HeldReport& r) {
   return {{"id", r.id},
           {"workspace", r.workspace.string()},
@@ -329,12 +346,16 @@ LaterExecutionWatch watch_later_execution(const fs::path& workspace, std::vector
   return w;
 }
 
+bool is_child_id(const std::string& id) {
+  return !id.empty() && id.size() <= 64 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 fs::path held_dir(const fs::path& state_dir, const std::string& id) { return state_dir / "held" / id; }
 
 std::string release_command(const std::string& id) { return "subagent-supervisor apply " + id + " --allow-flagged"; }
 
 void record_spawn(const fs::path& state_dir, const std::string& id, const LaterExecutionWatch& w) {
-  if (!valid_id(id)) throw std::runtime_error("'" + id + "' is not a child id");
+  if (!is_child_id(id)) throw std::runtime_error("'" + id + "' is not a child id");
   const fs::path dir = held_dir(state_dir, id);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -345,24 +366,33 @@ void record_spawn(const fs::path& state_dir, const std::string& id, const LaterE
             {"list", w.list},
             {"protected", w.protected_paths},
             {"before", w.before.entries},
-            {"complete", w.before.complete}};
+            {"complete", w.before.complete},
+            // Before the child can run: a birth time at or after it is the child's (or came meanwhile).
+            {"spawned_at_ns", now_ns() - 1'000'000'000LL}};
   write_atomic(dir, "spawn.json", j.dump() + "\n");
 }
 
 HeldReport settle_later_execution(const fs::path& state_dir, const std::string& id) {
-  if (!valid_id(id)) throw std::runtime_error("'" + id + "' is not a child id");
+  if (!is_child_id(id)) throw std::runtime_error("'" + id + "' is not a child id");
   const fs::path dir = held_dir(state_dir, id);
   json spawn = read_json(dir / "spawn.json");
   if (spawn.is_null()) {
     json done = read_json(dir / "held.json");
-    if (done.is_null()) throw std::runtime_error("no later-execution record for child " + id + " in " + dir.string());
+    if (done.is_null()) {  // never recorded, or settled with nothing to hold
+      HeldReport none;
+      none.id = id;
+      none.recorded = false;
+      return none;
+    }
     return report_from(done);
   }
   HeldReport r;
   r.id = id;
   LaterExecutionSnapshot before;
   std::vector<std::string> list;
+  long long spawned_at = 0;
   try {
+    spawned_at = spawn.value("spawned_at_ns", 0LL);
     r.workspace = spawn.at("workspace").get<std::string>();
     list = spawn.at("list").get<std::vector<std::string>>();
     r.protected_paths = spawn.at("protected").get<std::vector<std::string>>();
@@ -371,9 +401,8 @@ HeldReport settle_later_execution(const fs::path& state_dir, const std::string& 
   } catch (const json::exception& e) {
     throw std::runtime_error("'" + (dir / "spawn.json").string() + "' is damaged: " + e.what());
   }
-  // Unbounded: whatever the child created must be found, however many files it made to hide it.
   bool complete = true;
-  const std::vector<std::string> found = find_later_execution(r.workspace, list, SIZE_MAX, &complete);
+  const std::vector<std::string> found = find_later_execution(r.workspace, list, kMaxSettleEntries, &complete);
   LaterExecutionSnapshot after = snapshot_later_execution(r.workspace, list, r.protected_paths);
   r.scan_complete = before.complete && complete;
   r.changed = later_execution_changes(before, after);
@@ -382,10 +411,12 @@ HeldReport settle_later_execution(const fs::path& state_dir, const std::string& 
   for (const auto& p : r.changed)
     if (prot.count(p)) r.changed_outside.push_back(p);
   // Held: every listed path that was not read-only in the child and exists now; one beneath
-  // another goes with it.
+  // another goes with it. When the spawn scan stopped early, what lay beyond it was the user's and
+  // not read-only either: only what was born since the spawn is held then.
   std::vector<std::string> hold;
   for (const auto& p : found) {
     if (prot.count(p)) continue;
+    if (!before.complete && !born_since(r.workspace, p, spawned_at)) continue;
     bool under = false;
     for (const auto& h : hold) under |= p.size() > h.size() && p.compare(0, h.size(), h) == 0 && p[h.size()] == '/';
     if (!under) hold.push_back(p);
@@ -401,6 +432,12 @@ HeldReport settle_later_execution(const fs::path& state_dir, const std::string& 
         r.failed.push_back(p + ": " + e.what());
       }
     }
+  }
+  if (r.held.empty() && r.failed.empty()) {
+    // Nothing to release: no record is kept (`apply ID` then finds nothing either).
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return r;
   }
   write_atomic(dir, "held.json", report_json(r).dump(2) + "\n");
   ::unlink((dir / "spawn.json").c_str());
@@ -423,6 +460,10 @@ json held_to_json(const HeldReport& r, const fs::path& state_dir) {
         "agent, CI); they are held in held_dir, not in the workspace: review them there (without running git "
         "in them), then release them with the release command";
   }
+  if (!r.scan_complete)
+    j["scan_warning"] =
+        "the workspace has too many entries for a complete scan: later-execution paths beyond it that existed at "
+        "spawn were neither read-only nor held (only those born since the spawn were held)";
   if (!r.failed.empty()) {
     j["not_held"] = r.failed;
     j["warning"] =
@@ -434,7 +475,7 @@ json held_to_json(const HeldReport& r, const fs::path& state_dir) {
 
 ReleaseResult release_held(const fs::path& state_dir, const std::string& id, bool allow_flagged) {
   ReleaseResult r;
-  if (!valid_id(id)) {
+  if (!is_child_id(id)) {
     r.message = "'" + id + "' is not a child id";
     return r;
   }
@@ -520,16 +561,6 @@ ReleaseResult release_held(const fs::path& state_dir, const std::string& id, boo
   r.message = "released the held later-execution files of child " + id + " into " + h.workspace.string() + " (" +
               std::to_string(h.held.size()) + " paths)";
   return r;
-}
-
-ApplyResult apply_child_work(const fs::path& state_dir, const std::string& id, bool allow_flagged) {
-  std::error_code ec;
-  const bool patch = valid_id(id) && fs::exists(state_dir / "patches" / (id + ".json"), ec);
-  if (!patch) {
-    ReleaseResult h = release_held(state_dir, id, allow_flagged);
-    if (h.found || !valid_id(id)) return ApplyResult{h.ok, h.message, h.files};
-  }
-  return apply_patch(state_dir, id, allow_flagged);
 }
 
 }  // namespace supervisor

@@ -35,6 +35,13 @@ struct LaterExecutionWatch {
 // Runs git (sandboxed, git_step.hpp) to read core.hooksPath. Throws on a workspace it cannot read.
 LaterExecutionWatch watch_later_execution(const std::filesystem::path& workspace, std::vector<std::string> list);
 
+// $SUBAGENT_STATE_DIR, else $XDG_STATE_HOME/subagent-supervisor, else ~/.local/state/subagent-supervisor
+// (default_workspace_config().state_dir).
+std::filesystem::path default_state_dir();
+
+// 1 to 64 lowercase hex digits, the form of a child id (and so a safe directory name).
+bool is_child_id(const std::string& id);
+
 // <state_dir>/held/<id>
 std::filesystem::path held_dir(const std::filesystem::path& state_dir, const std::string& id);
 
@@ -53,12 +60,14 @@ struct HeldReport {
   std::vector<std::string> protected_paths;   // relative
   bool scan_complete = true;
   bool released = false;
+  bool recorded = true;  // false: no record of the child (never watched, or settled with nothing held)
 };
 
 // Quarantines what the child left, from the persisted spawn record, and writes held.json atomically
-// (spawn.json is removed then). Idempotent: a child already settled returns its held.json. Call only
-// when no process of the child's tree can run any more. Throws std::runtime_error when neither record
-// exists or the records are damaged.
+// (spawn.json is removed then; when nothing was held the whole <state_dir>/held/<id> is). Idempotent:
+// a child already settled returns its held.json, one without any record `recorded = false`. Call only
+// when no process of the child's tree can run any more. Throws std::runtime_error when a record is
+// damaged or the workspace cannot be read.
 HeldReport settle_later_execution(const std::filesystem::path& state_dir, const std::string& id);
 
 // The envelope's artifacts.later_execution for a settled child (`dir` etc. point at the state dir).
