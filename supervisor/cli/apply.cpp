@@ -20,7 +20,11 @@ int cmd_apply(Args args) {
           "A patch whose review (the envelope's artifacts.patch.review) flags symlinks, mode changes, new\n"
           "executables or later-execution paths (hooks, CI, agent and editor configuration) is refused\n"
           "unless --allow-flagged says you reviewed them. A symlink that is absolute or leads out of the\n"
-          "workspace is always refused.");
+          "workspace is always refused.\n\n"
+          "For a worker (or a sandbox --preset worker|implementation run), ID's held later-execution files\n"
+          "(the envelope's artifacts.later_execution.held: a .git, hooks, CI, agent or editor configuration it\n"
+          "created, moved out of the workspace when it ended) are moved back, only with --allow-flagged, and\n"
+          "never over anything that exists in the workspace now.");
       return 0;
     } else if (*a == "--state-dir")
       state_dir = args.value(*a);
