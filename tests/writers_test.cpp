@@ -496,7 +496,8 @@ TEST_CASE("worker: a nested fsmonitor and a hooksPath hook are held; the user's 
   CHECK(cli.apply(id, true).out.find("released already") != std::string::npos);
 }
 
-TEST_CASE("sandbox --preset worker|implementation: what CMD plants is held and listed on stderr; the exit status is CMD's") {
+TEST_CASE(
+    "sandbox --preset worker|implementation: what CMD plants is held and listed on stderr; the exit status is CMD's") {
   for (const std::string preset : {"worker", "implementation"}) {
     CAPTURE(preset);
     test::TempDir repo, marks, state;
@@ -552,13 +553,14 @@ TEST_CASE("worker: a legitimate git init is held, then released with apply, and 
 TEST_CASE("held: moved across filesystems without following a symlink, settled once, released in place") {
   test::TempDir ws, outside;
   // The state directory on another filesystem than the workspace when there is one (rename: EXDEV).
-  std::string tmpl = (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) +
-                     "/subagent-held-XXXXXX";
+  std::string tmpl =
+      (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) + "/subagent-held-XXXXXX";
   REQUIRE(::mkdtemp(tmpl.data()));
   const fs::path state = tmpl;
   ws.write("src/main.c", "int main;\n");
   const std::string id = "abc123";
-  supervisor::record_spawn(state, id, supervisor::watch_later_execution(ws.path(), supervisor::default_later_execution()));
+  supervisor::record_spawn(state, id,
+                           supervisor::watch_later_execution(ws.path(), supervisor::default_later_execution()));
   CHECK(fs::exists(state / "held" / id / "spawn.json"));
   // What a child leaves: a repository whose .git it made unwritable, a symlinked directory on the
   // way to a listed path (its target must stay where it is), a listed name that is a symlink.
@@ -834,9 +836,9 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
     ws.write("a.txt", "a\n");
     REQUIRE(worker_released(cli, ws.path(),
                             "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
-                             "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
-                             "ln -s " +
-                                 sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects")["status"] ==
+                            "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
+                            "ln -s " +
+                                sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects")["status"] ==
             "completed");
     REQUIRE(git(secret.path(), "branch -m master").code == 0);
     json e = envelope(cli.run("implementation", ws.path(), probe));

@@ -278,10 +278,9 @@ int cmd_sandbox(Args args) {
   if (command.empty()) throw UsageError("no command: put it after --, e.g. sandbox --preset explore -- /bin/ls");
 
   // The sandbox command shows no digest (policy explain does), so it computes none.
-  Preset preset = load_preset_or_usage(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir),
-                                       [](const std::string& name, const fs::path& dir) {
-                                         return load_preset_undigested(name, dir);
-                                       });
+  Preset preset = load_preset_or_usage(
+      preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir),
+      [](const std::string& name, const fs::path& dir) { return load_preset_undigested(name, dir); });
   std::error_code ec;
   fs::path ws = fs::canonical(workspace, ec);
   if (ec || !fs::is_directory(ws)) throw UsageError("workspace '" + workspace + "' is not an existing directory");

@@ -75,9 +75,9 @@ Fd open_dir(const fs::path& p) {
   return fd;
 }
 
-// One directory below `dir`, never through a symlink. Creates it (0700) when `create`.
-Fd open_below(int dir, const std::string& name, bool create, const std::string& shown) {
-  if (create && ::mkdirat(dir, name.c_str(), 0700) != 0 && errno != EEXIST) fail_errno("mkdir '" + shown + "'", errno);
+// One directory below `dir`, never through a symlink. Creates it (with `mode`) when `create`.
+Fd open_below(int dir, const std::string& name, bool create, const std::string& shown, mode_t mode = 0700) {
+  if (create && ::mkdirat(dir, name.c_str(), mode) != 0 && errno != EEXIST) fail_errno("mkdir '" + shown + "'", errno);
   Fd fd(::openat(dir, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) fail_errno("'" + shown + "'", errno == ELOOP ? ENOTDIR : errno);
   return fd;
@@ -100,7 +100,7 @@ void write_atomic(const fs::path& dir, const std::string& name, const std::strin
   fd.reset();
   if (::rename(tmp.c_str(), dst.c_str()) != 0) fail_errno("rename to '" + dst.string() + "'", errno);
   Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d) (void)::fsync(d.get());
+  if (d) (void)!::fsync(d.get());
 }
 
 json read_json(const fs::path& f) {
@@ -124,7 +124,7 @@ void remove_at(int dir, const std::string& name) {
     fail_errno("'" + name + "'", errno);
   }
   if (S_ISDIR(st.st_mode)) {
-    if ((st.st_mode & 0700) != 0700) (void)::fchmodat(dir, name.c_str(), st.st_mode | 0700, 0);
+    if ((st.st_mode & 0700) != 0700) (void)!::fchmodat(dir, name.c_str(), st.st_mode | 0700, 0);
     Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) fail_errno("'" + name + "'", errno);
     DIR* d = ::fdopendir(::dup(fd.get()));
@@ -146,7 +146,7 @@ void copy_at(int from, const std::string& name, int to, const std::string& dst) 
   struct stat st {};
   if (::fstatat(from, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) fail_errno("'" + name + "'", errno);
   if (S_ISDIR(st.st_mode)) {
-    if ((st.st_mode & 0500) != 0500) (void)::fchmodat(from, name.c_str(), st.st_mode | 0500, 0);
+    if ((st.st_mode & 0500) != 0500) (void)!::fchmodat(from, name.c_str(), st.st_mode | 0500, 0);
     Fd s(::openat(from, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!s) fail_errno("'" + name + "'", errno);
     if (::mkdirat(to, dst.c_str(), 0700) != 0) fail_errno("mkdir '" + dst + "'", errno);
@@ -159,9 +159,9 @@ void copy_at(int from, const std::string& name, int to, const std::string& dst) 
       if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
     ::closedir(dir);
     for (const auto& n : names) copy_at(s.get(), n, d.get(), n);
-    (void)::fchmod(d.get(), st.st_mode & 07777);
+    (void)!::fchmod(d.get(), st.st_mode & 07777);
   } else if (S_ISREG(st.st_mode)) {
-    if ((st.st_mode & 0400) == 0) (void)::fchmodat(from, name.c_str(), st.st_mode | 0400, 0);
+    if ((st.st_mode & 0400) == 0) (void)!::fchmodat(from, name.c_str(), st.st_mode | 0400, 0);
     Fd s(::openat(from, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
     if (!s) fail_errno("'" + name + "'", errno);
     Fd d(::openat(to, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -179,7 +179,7 @@ void copy_at(int from, const std::string& name, int to, const std::string& dst) 
         done += w;
       }
     }
-    (void)::fchmod(d.get(), st.st_mode & 07777);
+    (void)!::fchmod(d.get(), st.st_mode & 07777);
   } else if (S_ISLNK(st.st_mode)) {
     std::string target(static_cast<std::size_t>(st.st_size) + 1, '\0');
     ssize_t n = ::readlinkat(from, name.c_str(), target.data(), target.size());
@@ -198,12 +198,13 @@ void move_at(int from, const std::string& name, int to, const std::string& dst) 
   struct stat st {};
   if (::fstatat(from, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) fail_errno("'" + name + "'", errno);
   const bool dir_unwritable = S_ISDIR(st.st_mode) && (st.st_mode & 0200) == 0;
-  if (dir_unwritable) (void)::fchmodat(from, name.c_str(), st.st_mode | 0200, 0);
+  if (dir_unwritable) (void)!::fchmodat(from, name.c_str(), st.st_mode | 0200, 0);
   if (::renameat2(from, name.c_str(), to, dst.c_str(), RENAME_NOREPLACE) == 0) {
-    if (dir_unwritable) (void)::fchmodat(to, dst.c_str(), st.st_mode & 07777, 0);
+    if (dir_unwritable) (void)!::fchmodat(to, dst.c_str(), st.st_mode & 07777, 0);
     return;
   }
   const int err = errno;
+  if (dir_unwritable) (void)!::fchmodat(from, name.c_str(), st.st_mode & 07777, 0);  // the copy keeps it
   if (err != EXDEV) fail_errno("rename '" + name + "' to '" + dst + "'", err);
   const std::string tmp = "." + dst + ".partial";
   remove_at(to, tmp);
@@ -216,17 +217,17 @@ void move_at(int from, const std::string& name, int to, const std::string& dst) 
   remove_at(from, name);
 }
 
-// The directory holding the last component of `parts` under `root`, following no symlink; created
-// (0700) when `create`. When a component on the way is a symlink (or missing without `create`),
-// returns an invalid Fd and sets `*stop` to how many components lead to it.
-Fd walk_parent(int root, const std::vector<std::string>& parts, bool create, std::size_t* stop) {
+// The directory holding the last component of `parts` under `root`, following no symlink; missing
+// ones created (with `mode`, less the umask) when `create`. When a component on the way is a symlink (or missing
+// without `create`), returns an invalid Fd and sets `*stop` to how many components lead to it.
+Fd walk_parent(int root, const std::vector<std::string>& parts, bool create, std::size_t* stop, mode_t mode = 0700) {
   Fd cur(::dup(root));
   if (!cur) fail_errno("dup", errno);
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     struct stat st {};
     if (::fstatat(cur.get(), parts[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT && create) {
-        cur = open_below(cur.get(), parts[i], true, join(parts, i + 1));
+        cur = open_below(cur.get(), parts[i], true, join(parts, i + 1), mode);
         continue;
       }
       *stop = i + 1;
@@ -542,7 +543,7 @@ ReleaseResult release_held(const fs::path& state_dir, const std::string& id, boo
       std::vector<std::string> parts = components(p);
       std::size_t stop = 0;
       Fd src = walk_parent(files.get(), parts, false, &stop);
-      Fd dst = walk_parent(ws.get(), parts, true, &stop);
+      Fd dst = walk_parent(ws.get(), parts, true, &stop, 0777);  // the workspace's own: as mkdir makes them
       if (!src || !dst) throw std::runtime_error("'" + p + "' changed during the release");
       move_at(src.get(), parts.back(), dst.get(), parts.back());
     }

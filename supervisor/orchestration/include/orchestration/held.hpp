@@ -25,9 +25,9 @@
 namespace supervisor {
 
 struct LaterExecutionWatch {
-  std::filesystem::path workspace;               // canonical
-  std::vector<std::string> list;                 // the policy's list, "**/.git" and the hooksPath target
-  std::vector<std::string> protected_paths;      // relative; existed at spawn, read-only in the child
+  std::filesystem::path workspace;           // canonical
+  std::vector<std::string> list;             // the policy's list, "**/.git" and the hooksPath target
+  std::vector<std::string> protected_paths;  // relative; existed at spawn, read-only in the child
   LaterExecutionSnapshot before;
 };
 
