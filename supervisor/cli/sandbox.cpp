@@ -293,7 +293,7 @@ int cmd_sandbox(Args args) {
   }
 
   // A writer's later-execution paths, as the hub watches a worker's (docs/writers.md, section 3).
-  const fs::path state_dir = state_dir_arg.empty() ? default_state_dir() : fs::absolute(state_dir_arg);
+  const fs::path state_dir = state_dir_arg.empty() ? default_workspace_state_dir() : fs::absolute(state_dir_arg);
   std::string held_id;
   // Not on a workspace the user had to allow (/, a home directory, /tmp): its walk would reach
   // everyone's files, and what others create there meanwhile would be held too.

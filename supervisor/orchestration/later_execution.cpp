@@ -41,7 +41,7 @@ std::string identity(const fs::path& p) {
 
 }  // namespace
 
-fs::path default_state_dir() {
+fs::path default_workspace_state_dir() {
   if (const char* s = std::getenv("SUBAGENT_STATE_DIR"); s && *s) return s;
   return fs::path(env_or("XDG_STATE_HOME", home() + "/.local/state")) / "subagent-supervisor";
 }

@@ -100,7 +100,7 @@ WorkspaceConfig default_workspace_config() {
   } else {
     c.lock_dir = "/tmp/subagent-supervisor-" + std::to_string(::geteuid()) + "/locks";
   }
-  c.state_dir = default_state_dir();
+  c.state_dir = default_workspace_state_dir();
   return c;
 }
 

@@ -37,7 +37,7 @@ LaterExecutionWatch watch_later_execution(const std::filesystem::path& workspace
 
 // $SUBAGENT_STATE_DIR, else $XDG_STATE_HOME/subagent-supervisor, else ~/.local/state/subagent-supervisor
 // (default_workspace_config().state_dir).
-std::filesystem::path default_state_dir();
+std::filesystem::path default_workspace_state_dir();
 
 // 1 to 64 lowercase hex digits, the form of a child id (and so a safe directory name).
 bool is_child_id(const std::string& id);
