@@ -722,33 +722,39 @@ TEST_CASE("mcp agent_apply releases a worker's held files through the same code 
                .dump() +
            "\n";
   };
-  std::string in = json{{"jsonrpc", "2.0"},
-                        {"id", 1},
-                        {"method", "initialize"},
-                        {"params",
-                         {{"protocolVersion", "2025-06-18"},
-                          {"capabilities", json::object()},
-                          {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}
-                       .dump() +
-                   "\n" + json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
-                   call(2, {{"child_id", id}}) + call(3, {{"child_id", id}, {"allow_flagged", true}});
-  auto r = test::run(
-      {test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(), "--workspace",
-       repo.path().string(), "--no-transcript", "--audit-log", (cli.state.path() / "mcp-audit.jsonl").string()},
-      in);
-  std::map<int, json> replies;
-  std::istringstream lines(r.out);
-  for (std::string l; std::getline(lines, l);) {
-    json j = json::parse(l, nullptr, false);
-    if (j.is_object() && j.contains("id") && j["id"].is_number()) replies[j["id"]] = j;
-  }
-  REQUIRE_MESSAGE(replies.count(3), r.out << r.err);
-  CHECK(replies[2]["result"]["isError"] == true);
-  CHECK(replies[2].dump().find("later-execution path sub/.git") != std::string::npos);
+  // One mcp session per call: what the user's commands run in between is what the call left.
+  auto mcp = [&](int n, json args) {
+    std::string in = json{{"jsonrpc", "2.0"},
+                          {"id", 1},
+                          {"method", "initialize"},
+                          {"params",
+                           {{"protocolVersion", "2025-06-18"},
+                            {"capabilities", json::object()},
+                            {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}
+                         .dump() +
+                     "\n" + json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+                     call(n, std::move(args));
+    auto r = test::run(
+        {test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(), "--workspace",
+         repo.path().string(), "--no-transcript", "--audit-log", (cli.state.path() / "mcp-audit.jsonl").string()},
+        in);
+    std::istringstream lines(r.out);
+    for (std::string l; std::getline(lines, l);) {
+      json j = json::parse(l, nullptr, false);
+      if (j.is_object() && j.value("id", 0) == n) return j;
+    }
+    FAIL("no reply " << n << ": " << r.out << r.err);
+    return json();
+  };
+  json refused = mcp(2, {{"child_id", id}});
+  CHECK(refused["result"]["isError"] == true);
+  CHECK(refused.dump().find("later-execution path sub/.git") != std::string::npos);
   user_commands(repo.path());
   CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
-  CHECK(replies[3]["result"]["isError"] == false);
-  user_commands(repo.path());  // twin: released, the same command runs it
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+  json released = mcp(3, {{"child_id", id}, {"allow_flagged", true}});
+  CHECK_MESSAGE(released["result"]["isError"] == false, released.dump());
+  user_commands(repo.path());  // twin: released, the same commands run them
   CHECK(fs::exists(marks.path() / "fsmonitor"));
   CHECK(fs::exists(marks.path() / "hook"));
 }
