@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "serve_driver.hpp"
 #include "policy/preset.hpp"
 #include "orchestration/workspace.hpp"
+#include "orchestration/held.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;
@@ -89,6 +91,17 @@ bool contains(const json& arr, const std::string& s) {
   return false;
 }
 
+// A worker's run, and the release of what it left among the later-execution paths (held until then):
+// for tests of what comes after.
+json worker_released(const Cli& cli, const fs::path& ws, const std::string& script) {
+  json e = envelope(cli.run("worker", ws, script));
+  if (!e["artifacts"]["later_execution"].value("held", json::array()).empty()) {
+    auto a = cli.apply(e["id"], true);
+    REQUIRE_MESSAGE(a.code == 0, a.err);
+  }
+  return e;
+}
+
 // A repository configuration whose every executable setting leaves a marker file in `marks`.
 std::string hostile_config(const fs::path& marks) {
   auto touch = [&](const std::string& name) { return "touch " + (marks / name).string(); };
@@ -148,9 +161,14 @@ TEST_CASE("a worker plants .git with every executable setting: later implementat
   auto w = cli.run("worker", ws.path(), plant);
   json we = envelope(w);
   REQUIRE_MESSAGE(we["status"] == "completed", w.out << w.err);
-  // The worker's planted repository is reported as a later-execution change.
+  // The worker's planted repository is reported, held out of the workspace, and released on request.
   CHECK(contains(we["artifacts"]["later_execution"]["new_repositories"], "."));
+  CHECK(contains(we["artifacts"]["later_execution"]["held"], ".git"));
   CHECK(we["artifacts"]["later_execution"].contains("warning"));
+  CHECK_FALSE(fs::exists(ws.path() / ".git"));
+  auto released = cli.apply(we["id"], true);
+  REQUIRE_MESSAGE(released.code == 0, released.err);
+  REQUIRE(fs::is_directory(ws.path() / ".git"));
   for (const auto& f : fs::directory_iterator(marks.path()))
     fs::remove(f.path());  // the worker's own git ran them inside its sandbox
 
@@ -399,12 +417,185 @@ TEST_CASE("worker: existing later-execution paths are read-only, new ones are fl
   CHECK(contains(le["changed"], ".envrc"));
   CHECK(contains(le["changed"], "sub/x/.git"));
   CHECK(contains(le["new_repositories"], "sub/x"));
+  // What it created there is held outside the workspace; what existed stays where it was.
+  for (const char* p : {".mcp.json", ".envrc", "sub/x/.git"}) {
+    CHECK(contains(le["held"], p));
+    CHECK_FALSE(fs::exists(fs::symlink_status(repo.path() / p)));
+    CHECK(fs::exists(fs::path(le["held_dir"].get<std::string>()) / p));
+  }
+  CHECK(fs::exists(repo.path() / ".husky/pre-commit"));
+  CHECK(fs::exists(repo.path() / ".git/config"));
   CHECK(contains(le["protected"], (repo.path() / ".husky").string()));
   CHECK(contains(le["protected"], (repo.path() / "sub/deep/.claude").string()));
   // Twin: the same writes without the sandbox succeed.
   auto twin =
       test::run({"/bin/sh", "-c", "echo x > .vscode/tasks.json && echo x >> .husky/pre-commit"}, "", repo.path());
   CHECK(twin.code == 0);
+}
+
+namespace {
+
+// A worker's attack on the user's next ordinary commands: a nested repository in sub/ whose
+// core.fsmonitor runs on the next `git status` there (which many shell prompts run on `cd`), and a
+// pre-commit hook where the repository's core.hooksPath points. Each leaves a mark in `marks`.
+std::string later_attack(const fs::path& marks) {
+  return "git init -q sub && git -C sub config core.fsmonitor 'touch " + (marks / "fsmonitor").string() +
+         "; false' && git -C sub -c core.fsmonitor=false -c core.hooksPath=/dev/null add -A && "
+         "mkdir .husky && printf '#!/bin/sh\\ntouch " +
+         (marks / "hook").string() + "\\n' > .husky/pre-commit && chmod +x .husky/pre-commit";
+}
+
+// What the user types next, outside any sandbox.
+void user_commands(const fs::path& repo) {
+  test::run({"/bin/sh", "-c", "cd sub && git status"}, "", repo);
+  git(repo, "commit -q --allow-empty -m next");
+}
+
+}  // namespace
+
+TEST_CASE("worker: a nested fsmonitor and a hooksPath hook are held; the user's git status and commit run neither") {
+  test::TempDir repo, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);  // set, but .husky does not exist yet
+  Cli cli;
+  auto r = cli.run("worker", repo.path(), later_attack(marks.path()) + " && echo edited > sub/a.txt");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  const json& le = e["artifacts"]["later_execution"];
+  INFO(le.dump());
+  CHECK(contains(le["held"], "sub/.git"));
+  CHECK(contains(le["held"], ".husky"));
+  const std::string id = e["id"];
+  CHECK(le["release"] == "subagent-supervisor apply " + id + " --allow-flagged");
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "edited\n");  // ordinary edits stay in place
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+
+  // apply without --allow-flagged names what is held and moves nothing.
+  auto refused = cli.apply(id);
+  CHECK(refused.code == 1);
+  CHECK(refused.err.find("later-execution path sub/.git") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+  // Nothing that exists now is overwritten.
+  fs::create_directory(repo.path() / ".husky");
+  auto blocked = cli.apply(id, true);
+  CHECK(blocked.code == 1);
+  CHECK(blocked.err.find("'.husky' exists") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+  fs::remove(repo.path() / ".husky");
+
+  // Twin: released, the same files run both programs on the same commands.
+  auto released = cli.apply(id, true);
+  REQUIRE_MESSAGE(released.code == 0, released.err);
+  CHECK(fs::exists(repo.path() / "sub/.git/config"));
+  CHECK(fs::exists(repo.path() / ".husky/pre-commit"));
+  user_commands(repo.path());
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+  CHECK(cli.apply(id, true).out.find("released already") != std::string::npos);
+}
+
+TEST_CASE(
+    "sandbox --preset worker|implementation: what CMD plants is held and listed on stderr; the exit status is CMD's") {
+  for (const std::string preset : {"worker", "implementation"}) {
+    CAPTURE(preset);
+    test::TempDir repo, marks, state;
+    make_repo(repo);
+    REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+    auto r = test::run({test::bin("subagent-supervisor").string(), "sandbox", "--preset", preset, "--workspace",
+                        repo.path().string(), "--state-dir", state.path().string(), "--", "/bin/sh", "-c",
+                        later_attack(marks.path()) + " && exit 7"});
+    INFO(r.err);
+    CHECK(r.code == 7);
+    CHECK(r.err.find("  sub/.git\n") != std::string::npos);
+    CHECK(r.err.find("  .husky\n") != std::string::npos);
+    const std::string tail = " --allow-flagged --state-dir " + state.path().string();
+    const auto at = r.err.find("subagent-supervisor apply ");
+    REQUIRE(at != std::string::npos);
+    const std::string id = r.err.substr(at + 26, 12);
+    CHECK(r.err.find("subagent-supervisor apply " + id + tail) != std::string::npos);
+    user_commands(repo.path());
+    CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+    CHECK_FALSE(fs::exists(marks.path() / "hook"));
+    // Twin: released with the printed command, the same files run on the same commands.
+    auto a = test::run({test::bin("subagent-supervisor").string(), "apply", id, "--allow-flagged", "--state-dir",
+                        state.path().string()});
+    REQUIRE_MESSAGE(a.code == 0, a.err);
+    user_commands(repo.path());
+    CHECK(fs::exists(marks.path() / "fsmonitor"));
+    CHECK(fs::exists(marks.path() / "hook"));
+  }
+  // A read-only preset holds nothing and says nothing.
+  test::TempDir ws, state;
+  auto r = test::run({test::bin("subagent-supervisor").string(), "sandbox", "--preset", "explore", "--workspace",
+                      ws.path().string(), "--state-dir", state.path().string(), "--", "/bin/true"});
+  CHECK(r.code == 0);
+  CHECK(r.err.find("held") == std::string::npos);
+  CHECK_FALSE(fs::exists(state.path() / "held"));
+}
+
+TEST_CASE("worker: a legitimate git init is held, then released with apply, and works") {
+  test::TempDir ws;
+  Cli cli;
+  auto r = cli.run("worker", ws.path(), "git init -q proj && echo hi > proj/README");
+  json e = envelope(r);
+  REQUIRE_MESSAGE(e["status"] == "completed", r.out << r.err);
+  CHECK(contains(e["artifacts"]["later_execution"]["held"], "proj/.git"));
+  CHECK(fs::exists(ws.path() / "proj/README"));
+  CHECK(git(ws.path() / "proj", "status").code != 0);  // no repository there until released
+  auto a = cli.apply(e["id"], true);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  CHECK(a.out.find("released") != std::string::npos);
+  CHECK(git(ws.path() / "proj", "status").code == 0);
+}
+
+TEST_CASE("held: moved across filesystems without following a symlink, settled once, released in place") {
+  test::TempDir ws, outside;
+  // The state directory on another filesystem than the workspace when there is one (rename: EXDEV).
+  std::string tmpl =
+      (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) + "/subagent-held-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl.data()));
+  const fs::path state = tmpl;
+  ws.write("src/main.c", "int main;\n");
+  const std::string id = "abc123";
+  supervisor::record_spawn(state, id,
+                           supervisor::watch_later_execution(ws.path(), supervisor::default_later_execution()));
+  CHECK(fs::exists(state / "held" / id / "spawn.json"));
+  // What a child leaves: a repository whose .git it made unwritable, a symlinked directory on the
+  // way to a listed path (its target must stay where it is), a listed name that is a symlink.
+  ws.write("proj/.git/config", "[core]\n");
+  fs::permissions(ws.path() / "proj/.git", fs::perms::owner_read | fs::perms::owner_exec);
+  outside.write("workflows/ci.yml", "on: push\n");
+  fs::create_directory_symlink(outside.path(), ws.path() / ".github");
+  fs::create_symlink("/etc/passwd", ws.path() / ".envrc");
+  supervisor::HeldReport r = supervisor::settle_later_execution(state, id);
+  INFO(r.failed.size());
+  CHECK(r.failed.empty());
+  std::set<std::string> held(r.held.begin(), r.held.end());
+  CHECK(held == std::set<std::string>{".envrc", ".github", "proj/.git"});
+  CHECK_FALSE(fs::exists(fs::symlink_status(ws.path() / ".github")));
+  CHECK_FALSE(fs::exists(fs::symlink_status(ws.path() / ".envrc")));
+  CHECK_FALSE(fs::exists(ws.path() / "proj/.git"));
+  CHECK(fs::exists(outside.path() / "workflows/ci.yml"));  // the link moved, not its target
+  CHECK(fs::exists(ws.path() / "src/main.c"));
+  const fs::path files = state / "held" / id / "files";
+  CHECK(fs::is_symlink(files / ".github"));
+  CHECK(test::slurp(files / "proj/.git/config") == "[core]\n");
+  CHECK_FALSE(fs::exists(state / "held" / id / "spawn.json"));
+  CHECK(supervisor::settle_later_execution(state, id).held == r.held);  // once: the record answers again
+
+  auto refused = supervisor::release_held(state, id, false);
+  CHECK_FALSE(refused.ok);
+  CHECK_FALSE(fs::exists(ws.path() / "proj/.git"));
+  auto released = supervisor::release_held(state, id, true);
+  CHECK_MESSAGE(released.ok, released.message);
+  CHECK(fs::read_symlink(ws.path() / ".github") == outside.path());
+  CHECK(fs::read_symlink(ws.path() / ".envrc") == "/etc/passwd");
+  CHECK(test::slurp(ws.path() / "proj/.git/config") == "[core]\n");
+  CHECK((fs::status(ws.path() / "proj/.git").permissions() & fs::perms::owner_write) == fs::perms::none);
+  fs::permissions(ws.path() / "proj/.git", fs::perms::owner_all);
+  fs::remove_all(state);
 }
 
 TEST_CASE(
@@ -484,6 +675,90 @@ TEST_CASE("serve and mcp apply: the explicit allow_flagged field") {
   CHECK(fs::exists(repo.path() / "tool.sh"));
 }
 
+TEST_CASE("serve: a worker's nested fsmonitor and hooksPath hook are held; serve's apply releases them") {
+  test::TempDir repo, scripts, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  test::Serve serve({{"--child", test::program("fake_child").string(), "--child-arg", "shell", "--model",
+                      test::replay(scripts, "m.jsonl", "{\"content\":\"unused\"}")}});
+  serve.hello();
+  std::string id = serve.spawn_bg(
+      "s1", {{"preset", "worker"}, {"workspace", repo.path().string()}, {"brief", later_attack(marks.path())}});
+  REQUIRE_FALSE(id.empty());
+  json done = serve.child_done(id);
+  const json& le = done["envelope"]["artifacts"]["later_execution"];
+  INFO(le.dump());
+  CHECK(contains(le["held"], "sub/.git"));
+  CHECK(contains(le["held"], ".husky"));
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+  serve.send({{"type", "apply"}, {"id", "a1"}, {"child_id", id}});
+  json refused = serve.reply("a1");
+  CHECK(refused["ok"] == false);
+  CHECK(refused["message"].get<std::string>().find("later-execution path .husky") != std::string::npos);
+  serve.send({{"type", "apply"}, {"id", "a2"}, {"child_id", id}, {"allow_flagged", true}});
+  json released = serve.reply("a2");
+  CHECK_MESSAGE(released["ok"] == true, released.dump());
+  user_commands(repo.path());  // twin
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+}
+
+TEST_CASE("mcp agent_apply releases a worker's held files through the same code (allow_flagged explicit)") {
+  test::TempDir repo, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  Cli cli;
+  json e = envelope(cli.run("worker", repo.path(), later_attack(marks.path())));
+  REQUIRE(e["status"] == "completed");
+  CHECK(contains(e["artifacts"]["later_execution"]["held"], "sub/.git"));
+  const std::string id = e["id"];
+  auto call = [&](int n, json args) {
+    return json{{"jsonrpc", "2.0"},
+                {"id", n},
+                {"method", "tools/call"},
+                {"params", {{"name", "agent_apply"}, {"arguments", args}}}}
+               .dump() +
+           "\n";
+  };
+  // One mcp session per call: what the user's commands run in between is what the call left.
+  auto mcp = [&](int n, json args) {
+    std::string in = json{{"jsonrpc", "2.0"},
+                          {"id", 1},
+                          {"method", "initialize"},
+                          {"params",
+                           {{"protocolVersion", "2025-06-18"},
+                            {"capabilities", json::object()},
+                            {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}}
+                         .dump() +
+                     "\n" + json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump() + "\n" +
+                     call(n, std::move(args));
+    auto r = test::run(
+        {test::bin("subagent-supervisor").string(), "mcp", "--state-dir", cli.state.path().string(), "--workspace",
+         repo.path().string(), "--no-transcript", "--audit-log", (cli.state.path() / "mcp-audit.jsonl").string()},
+        in);
+    std::istringstream lines(r.out);
+    for (std::string l; std::getline(lines, l);) {
+      json j = json::parse(l, nullptr, false);
+      if (j.is_object() && j.value("id", 0) == n) return j;
+    }
+    FAIL("no reply " << n << ": " << r.out << r.err);
+    return json();
+  };
+  json refused = mcp(2, {{"child_id", id}});
+  CHECK(refused["result"]["isError"] == true);
+  CHECK(refused.dump().find("later-execution path sub/.git") != std::string::npos);
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+  json released = mcp(3, {{"child_id", id}, {"allow_flagged", true}});
+  CHECK_MESSAGE(released["result"]["isError"] == false, released.dump());
+  user_commands(repo.path());  // twin: released, the same commands run them
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+}
+
 TEST_CASE("policy explain lists the later-execution paths and the patch caps") {
   test::TempDir repo;
   make_repo(repo);
@@ -555,7 +830,7 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
   SUBCASE("a .git file (gitdir: ...) that the repository does not name back") {
     test::TempDir ws;
     ws.write("a.txt", "a\n");
-    REQUIRE(envelope(cli.run("worker", ws.path(), "printf 'gitdir: " + sg + "\\n' > .git"))["status"] == "completed");
+    REQUIRE(worker_released(cli, ws.path(), "printf 'gitdir: " + sg + "\\n' > .git")["status"] == "completed");
     json e = envelope(cli.run("implementation", ws.path(), probe));
     CHECK(e["status"] == "failed");
     CHECK(e["reason"].get<std::string>().find("refusing to use it") != std::string::npos);
@@ -565,11 +840,11 @@ TEST_CASE("a planted .git naming another repository: the supervisor neither foll
   SUBCASE("a .git directory whose refs and objects are symlinks into the other repository") {
     test::TempDir ws;
     ws.write("a.txt", "a\n");
-    REQUIRE(envelope(cli.run("worker", ws.path(),
-                             "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
-                             "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
-                             "ln -s " +
-                                 sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects"))["status"] ==
+    REQUIRE(worker_released(cli, ws.path(),
+                            "mkdir .git && echo 'ref: refs/heads/master' > .git/HEAD && "
+                            "printf '[core]\\n\\trepositoryformatversion = 0\\n' > .git/config && "
+                            "ln -s " +
+                                sg + "/refs .git/refs && ln -s " + sg + "/objects .git/objects")["status"] ==
             "completed");
     REQUIRE(git(secret.path(), "branch -m master").code == 0);
     json e = envelope(cli.run("implementation", ws.path(), probe));

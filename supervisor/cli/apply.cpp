@@ -3,7 +3,7 @@
 
 #include "records/terminal.hpp"
 #include "cli/cli.hpp"
-#include "orchestration/workspace.hpp"
+#include "orchestration/held.hpp"
 
 namespace supervisor::cli {
 
@@ -20,7 +20,11 @@ int cmd_apply(Args args) {
           "A patch whose review (the envelope's artifacts.patch.review) flags symlinks, mode changes, new\n"
           "executables or later-execution paths (hooks, CI, agent and editor configuration) is refused\n"
           "unless --allow-flagged says you reviewed them. A symlink that is absolute or leads out of the\n"
-          "workspace is always refused.");
+          "workspace is always refused.\n\n"
+          "For a worker (or a sandbox --preset worker|implementation run), ID's held later-execution files\n"
+          "(the envelope's artifacts.later_execution.held: a .git, hooks, CI, agent or editor configuration it\n"
+          "created, moved out of the workspace when it ended) are moved back, only with --allow-flagged, and\n"
+          "never over anything that exists in the workspace now.");
       return 0;
     } else if (*a == "--state-dir")
       state_dir = args.value(*a);
@@ -35,7 +39,7 @@ int cmd_apply(Args args) {
   }
   if (id.empty()) throw UsageError("apply needs the child's ID");
   recover_at_start(state_dir, "apply");
-  ApplyResult r = apply_patch(state_dir, id, allow_flagged);
+  ApplyResult r = apply_child_work(state_dir, id, allow_flagged);
   // The message and the file names come from the child's patch.
   print_for_terminal(r.ok ? stdout : stderr, "%s\n", r.message.c_str());
   for (const auto& f : r.files) print_for_terminal(stdout, "  %s\n", f.c_str());

@@ -27,7 +27,8 @@ Commands:
   run       run one child agent and print its result envelope (run --help)
   serve     the JSON-lines control protocol for a parent agent on stdin/stdout (serve --help)
   mcp       a Model Context Protocol server on stdio, for MCP clients (mcp --help)
-  apply     apply the patch an implementation child returned: apply ID [--state-dir DIR]
+  apply     apply the patch an implementation child returned, or release the later-execution files a
+            worker created (held until then): apply ID [--state-dir DIR] [--allow-flagged]
   sandbox   run any command under exactly the sandbox a preset's child gets (sandbox --help)
   policy    check policy files, or explain a preset to a reviewer (policy --help)
   audit     what did child X do, which children ran commands: queries the audit log (audit --help)

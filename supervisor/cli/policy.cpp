@@ -267,8 +267,9 @@ void explain_writes(const Preset& p, const std::string& workspace) {
   std::printf("    %s\n", fold(w.later_execution, 4).c_str());
   if (p.workspace_mode == WorkspaceMode::write_locked)
     std::printf(
-        "  existing ones: read-only bind mounts in the child (writes: EROFS); ones the child creates: flagged in\n"
-        "  the envelope's artifacts.later_execution (the kernel cannot refuse a name that does not exist yet).\n"
+        "  existing ones: read-only bind mounts in the child (writes: EROFS); ones the child creates (the kernel\n"
+        "  cannot refuse a name that does not exist yet): moved out of the workspace when its tree has died and\n"
+        "  held until `apply ID --allow-flagged` (the envelope's artifacts.later_execution.held).\n"
         "  lock: exclusive on the repository top (or the workspace), shared on every ancestor: no other writer\n"
         "  above or below runs at the same time, in any supervisor process.\n");
   else
@@ -432,7 +433,7 @@ void explain_summary(const Preset& p, const std::string& workspace) {
     line("later-run", std::to_string(later.size()) + " later-execution paths (" + shown +
                           (later.size() > 6 ? " ..." : "") + "): " +
                           (p.workspace_mode == WorkspaceMode::write_locked
-                               ? "existing ones read-only, new ones flagged in the envelope"
+                               ? "existing ones read-only, new ones held until apply --allow-flagged"
                                : "patch changes to them flagged; apply refuses them unless --allow-flagged"));
   }
 

@@ -1,6 +1,7 @@
 // `subagent-supervisor sandbox`: any command under exactly the sandbox a preset's child gets.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "sandbox/workspace_guard.hpp"
 #include "cli/cli.hpp"
 #include "cli/install_layout.hpp"
+#include "orchestration/held.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor::cli {
@@ -27,7 +29,7 @@ namespace {
 
 constexpr const char* kSandboxHelp =
     R"(usage: subagent-supervisor sandbox --preset NAME [--workspace DIR] [--policy-dir DIR] [--verbose]
-                                  [--as-pid-1] [--allow-unsafe-workspace] -- CMD [ARGS...]
+                                  [--as-pid-1] [--allow-unsafe-workspace] [--state-dir DIR] -- CMD [ARGS...]
 
 Runs CMD under exactly the sandbox a child of preset NAME gets (seccomp, Landlock, namespaces,
 rlimits, capabilities, environment allowlist), for security reviewers and for testing children.
@@ -43,6 +45,13 @@ SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH on to CMD, reaps orphans,
 CMD's status. Those signals sent to this command are passed on the same way; a second SIGINT,
 SIGTERM or SIGHUP kills the whole sandbox. With --as-pid-1 CMD is PID 1 itself (it then ignores
 every signal it has no handler for), and SIGINT, SIGTERM or SIGHUP kills the sandbox at once.
+
+Under a writer preset (worker, implementation) the workspace's later-execution paths (nested .git,
+hooks, CI, agent and editor configuration; docs/writers.md) are held as for a child: those that
+exist are read-only for CMD, and what CMD created among them is moved, once CMD and everything it
+started have ended, into STATE/held/ID/files (STATE: --state-dir, else $SUBAGENT_STATE_DIR, else
+$XDG_STATE_HOME/subagent-supervisor). They are listed on stderr with the command that puts them back
+(subagent-supervisor apply ID --allow-flagged); the exit status stays CMD's.
 
 Layers the kernel lacks are listed on stderr; a layer the policy marks required makes the launch fail.
 "/", the home directory itself, system directories (/etc, /usr, /var/lib, ...) and credential
@@ -170,6 +179,52 @@ struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The name of one sandbox run's held files: the form of a child id (session.cpp's new_child_id).
+std::string new_held_id() {
+  unsigned char bytes[6];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id.push_back(hex[b >> 4]);
+    id.push_back(hex[b & 15]);
+  }
+  return id;
+}
+
+// CMD's tree has ended: what it left among the later-execution paths is held, and said so.
+void settle_and_report(const fs::path& state_dir, const std::string& id, bool state_dir_given) {
+  HeldReport r;
+  try {
+    r = settle_later_execution(state_dir, id);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "subagent-supervisor sandbox: could not hold the later-execution paths CMD may have created "
+                 "(%s); review .git, hooks, agent and editor configuration before running anything in the "
+                 "workspace\n",
+                 e.what());
+    return;
+  }
+  for (const auto& f : r.failed)
+    std::fprintf(stderr, "subagent-supervisor sandbox: LIVE, could not be held: %s\n", f.c_str());
+  if (r.held.empty()) return;
+  std::fprintf(stderr,
+               "subagent-supervisor sandbox: CMD created %zu later-execution path%s (run by the next git, editor "
+               "or agent command); held in %s, not in the workspace:\n",
+               r.held.size(), r.held.size() == 1 ? "" : "s", (held_dir(state_dir, id) / "files").c_str());
+  for (const auto& p : r.held) std::fprintf(stderr, "  %s\n", p.c_str());
+  std::string release = release_command(id);
+  if (state_dir_given) release += " --state-dir " + state_dir.string();
+  std::fprintf(stderr, "  review them there (without running git in them), then release them with: %s\n",
+               release.c_str());
+}
+
 std::string resolve(const std::string& cmd) {
   if (cmd.find('/') != std::string::npos) return fs::absolute(cmd).lexically_normal().string();
   const char* path = std::getenv("PATH");
@@ -191,7 +246,7 @@ std::string resolve(const std::string& cmd) {
 }  // namespace
 
 int cmd_sandbox(Args args) {
-  std::string preset_name, workspace = ".", policy_dir;
+  std::string preset_name, workspace = ".", policy_dir, state_dir_arg;
   bool verbose = false, allow_unsafe_workspace = false, as_pid_1 = false;
   std::vector<std::string> command;
   while (auto a = args.next()) {
@@ -212,6 +267,8 @@ int cmd_sandbox(Args args) {
       allow_unsafe_workspace = true;
     else if (*a == "--as-pid-1")
       as_pid_1 = true;
+    else if (*a == "--state-dir")
+      state_dir_arg = args.value(*a);
     else if (*a == "--") {
       command = args.rest();
       break;
@@ -222,10 +279,9 @@ int cmd_sandbox(Args args) {
   if (command.empty()) throw UsageError("no command: put it after --, e.g. sandbox --preset explore -- /bin/ls");
 
   // The sandbox command shows no digest (policy explain does), so it computes none.
-  Preset preset = load_preset_or_usage(preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir),
-                                       [](const std::string& name, const fs::path& dir) {
-                                         return load_preset_undigested(name, dir);
-                                       });
+  Preset preset = load_preset_or_usage(
+      preset_name, policy_dir.empty() ? default_policy_dir() : fs::path(policy_dir),
+      [](const std::string& name, const fs::path& dir) { return load_preset_undigested(name, dir); });
   std::error_code ec;
   fs::path ws = fs::canonical(workspace, ec);
   if (ec || !fs::is_directory(ws)) throw UsageError("workspace '" + workspace + "' is not an existing directory");
@@ -237,11 +293,40 @@ int cmd_sandbox(Args args) {
     }
   }
 
+  // A writer's later-execution paths, as the hub watches a worker's (docs/writers.md, section 3).
+  const fs::path state_dir = state_dir_arg.empty() ? default_workspace_state_dir() : fs::absolute(state_dir_arg);
+  std::string held_id;
+  // Not on a workspace the user had to allow (/, a home directory, /tmp): its walk would reach
+  // everyone's files, and what others create there meanwhile would be held too.
+  const bool unsafe = !sandbox::unsafe_workspace_reason(ws).empty();
+  if (preset.workspace_mode != WorkspaceMode::read && unsafe)
+    std::fprintf(stderr,
+                 "subagent-supervisor sandbox: later-execution paths are not held on a workspace allowed with "
+                 "--allow-unsafe-workspace\n");
+  if (preset.workspace_mode != WorkspaceMode::read && !unsafe) {
+    try {
+      LaterExecutionWatch w = watch_later_execution(ws, preset.writes.later_execution);
+      held_id = new_held_id();
+      record_spawn(state_dir, held_id, w);
+      for (const auto& rel : w.protected_paths) preset.sandbox.protected_paths.push_back((ws / rel).string());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "subagent-supervisor sandbox: could not inspect the workspace's later-execution paths: %s\n",
+                   e.what());
+      return kSetupError;
+    }
+  }
+  // CMD never ran: its spawn record has nothing to settle.
+  auto forget_held = [&] {
+    std::error_code ignored;
+    if (!held_id.empty()) fs::remove_all(held_dir(state_dir, held_id), ignored);
+  };
+
   sandbox::LaunchRequest req;
   try {
     req.executable = resolve(command[0]);
   } catch (const NotFound& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    forget_held();
     return kNotFound;
   }
   req.argv = command;
@@ -273,6 +358,7 @@ int cmd_sandbox(Args args) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
       std::fprintf(stderr, "subagent-supervisor sandbox: pipe2: %s\n", std::strerror(errno));
+      forget_held();
       return kSetupError;
     }
     ::fcntl(p[0], F_SETFL, O_NONBLOCK);
@@ -316,12 +402,14 @@ int cmd_sandbox(Args args) {
     }
   } catch (const sandbox::ExecError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    forget_held();
     return e.error == ENOENT ? kNotFound : kCannotExecute;
   } catch (const sandbox::UnsafeWorkspaceError& e) {  // a root of the policy: refused as the workspace is
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
     return kUsageError;
   } catch (const sandbox::SandboxError& e) {
     std::fprintf(stderr, "subagent-supervisor sandbox: %s\n", e.what());
+    forget_held();
     return kSetupError;
   }
   close_write_ends();  // the command holds them now: EOF once it and its tree are gone
@@ -341,6 +429,9 @@ int cmd_sandbox(Args args) {
   }
   ::close(child.pidfd);
   sandbox::release(child);
+  // CMD and its tree are gone (the PID namespace ends with its PID 1; the process group was killed
+  // before the reap).
+  if (!held_id.empty()) settle_and_report(state_dir, held_id, !state_dir_arg.empty());
   if (lost) return kSetupError;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

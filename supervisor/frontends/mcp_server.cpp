@@ -8,6 +8,7 @@
 #include <map>
 
 #include "frontends/control.hpp"
+#include "orchestration/held.hpp"
 #include "frontends/mcp.hpp"
 #include "models/model.hpp"
 #include "frontends/parent_io.hpp"
@@ -273,7 +274,7 @@ struct McpServer {
           if (!args["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
           allow_flagged = args["allow_flagged"];
         }
-        ApplyResult a = apply_patch(opts.base.workspaces.state_dir, child, allow_flagged);
+        ApplyResult a = apply_child_work(opts.base.workspaces.state_dir, child, allow_flagged);
         json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
         res["isError"] = !a.ok;
         return send(mcp::result_message(r.id, res));

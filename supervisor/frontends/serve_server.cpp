@@ -5,6 +5,7 @@
 #include <map>
 
 #include "frontends/control.hpp"
+#include "orchestration/held.hpp"
 #include "frontends/parent_io.hpp"
 #include "frontends/parent_loop.hpp"
 
@@ -71,7 +72,7 @@ struct Server {
           if (!m["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
           allow_flagged = m["allow_flagged"];
         }
-        ApplyResult r = apply_patch(base.workspaces.state_dir, child, allow_flagged);
+        ApplyResult r = apply_child_work(base.workspaces.state_dir, child, allow_flagged);
         return parent->send({{"type", "applied"},
                              {"id", id},
                              {"child_id", child},

@@ -4,6 +4,7 @@
 #include "orchestration/session_records.hpp"
 
 #include "sandbox/workspace_guard.hpp"
+#include "orchestration/held.hpp"
 
 #include <sys/statfs.h>
 #include <algorithm>
@@ -72,14 +73,13 @@ detail::StartPrep prepare_start(bool locked, bool worktree, const fs::path& work
   detail::StartPrep p;
   if (locked) {
     try {
-      p.later_execution = std::move(later);
-      p.later_execution.push_back("**/.git");  // nested repositories, whatever the list says
-      const std::string hooks = hooks_path_inside(workspace);
-      if (!hooks.empty()) p.later_execution.push_back(hooks);
-      const std::vector<std::string> existing = find_later_execution(workspace, p.later_execution);
-      for (const auto& rel : existing) p.later_protected.push_back((workspace / rel).string());
-      // What exists is read-only in the child: its own identity is enough to compare.
-      p.later_before = snapshot_later_execution(workspace, p.later_execution, existing);
+      LaterExecutionWatch w = watch_later_execution(workspace, std::move(later));
+      // Persisted before the child runs: whoever settles it (this hub, or crash recovery after a
+      // SIGKILLed supervisor) needs only the state directory.
+      record_spawn(state_dir, id, w);
+      p.later_execution = std::move(w.list);
+      for (const auto& rel : w.protected_paths) p.later_protected.push_back((workspace / rel).string());
+      p.later_before = std::move(w.before);
     } catch (const std::exception& e) {
       p.later_execution.clear();
       p.later_protected.clear();
@@ -112,26 +112,19 @@ struct FinishWork {
   std::shared_ptr<SessionRecords> records;
 };
 
+// The child's whole tree has died (its PID namespace is gone, or its process group was killed and
+// reaped): what it left among the later-execution paths is moved aside until the parent releases it.
 void finish_later_execution_watch(const FinishWork& w, protocol::Envelope& e) {
   if (w.later_execution.empty()) return;
-  std::vector<std::string> known;
-  for (const auto& [rel, id] : w.later_before.entries) known.push_back(rel);
-  LaterExecutionSnapshot after = snapshot_later_execution(w.workspace, w.later_execution, known);
-  std::vector<std::string> changed = later_execution_changes(w.later_before, after);
-  std::vector<std::string> nested;
-  for (const auto& p : changed) {
-    fs::path rel(p);
-    if (rel.filename() == ".git") nested.push_back(rel.parent_path().empty() ? "." : rel.parent_path().string());
+  try {
+    e.artifacts["later_execution"] = held_to_json(settle_later_execution(w.state_dir, w.id), w.state_dir);
+  } catch (const std::exception& ex) {
+    e.artifacts["later_execution"] = {
+        {"error", std::string("could not hold the later-execution paths: ") + ex.what()},
+        {"warning",
+         "paths the child created that run on the user's next ordinary command may be LIVE in the workspace: "
+         "review .git, hooks, agent and editor configuration before running anything there"}};
   }
-  json j = {{"changed", changed},
-            {"new_repositories", nested},
-            {"protected", w.later_protected},
-            {"scan_complete", w.later_before.complete && after.complete}};
-  if (!changed.empty())
-    j["warning"] =
-        "the child created or changed paths whose contents run on the user's next ordinary command "
-        "(git, an editor, an agent, CI); review them before using this workspace";
-  e.artifacts["later_execution"] = j;
 }
 
 // Returns the transcript problem to log on the loop ("" when none).
@@ -383,6 +376,10 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
     --running_;
     --started_this_turn_;
     if (p.scan_failed) c.lock.reset();
+    if (!c.later_execution.empty()) {  // it never ran: its spawn record has nothing to settle
+      std::error_code ec;
+      fs::remove_all(held_dir(cfg_.workspaces.state_dir, c.id), ec);
+    }
     deliver(c, unstarted_envelope(c.id, *c.preset, c.req.description, status, reason));
     if (!in_pump) pump();  // (pump() itself goes on with its queue)
   };
