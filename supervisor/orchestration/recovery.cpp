@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestration/held.hpp"
 #include "orchestration/session.hpp"
 #include "orchestration/workspace.hpp"
 #include "records/audit.hpp"
@@ -120,6 +121,27 @@ std::string settle_worktree(json& r, std::vector<std::string>& note) {
   return {};
 }
 
+// A worker's later-execution paths: what it planted is quarantined from the record its spawn left
+// (held/<id>/spawn.json); nothing when it was no worker or was settled already. Its tree is dead:
+// its children died with the supervisor (their parent-death signal).
+std::string settle_held(json& r, std::vector<std::string>& note) {
+  const std::string id = text(r, "child"), state = text(r["supervisor"], "state_dir");
+  if (state.empty() || id.empty()) return {};
+  const HeldReport held = settle_later_execution(state, id);
+  if (!held.recorded) return {};
+  if (!held.failed.empty()) {
+    std::string what = "could not hold what it planted (still live in " + held.workspace.string() + "):";
+    for (const auto& f : held.failed) what += " " + f + ";";
+    return what;
+  }
+  if (held.held.empty())
+    note.push_back("its workspace's later-execution paths hold nothing new");
+  else
+    note.push_back("held " + std::to_string(held.held.size()) + " later-execution path(s) it planted; release: " +
+                   release_command(id));
+  return {};
+}
+
 // A patch cut off while it was written (the .json beside it comes last).
 std::string settle_patch(json& r, std::vector<std::string>& note) {
   const std::string id = text(r, "child"), state = text(r["supervisor"], "state_dir");
@@ -176,10 +198,10 @@ std::string settle_audit(json& r, std::vector<std::string>& note) {
 }  // namespace
 
 const std::vector<SettleStep>& settle_steps() {
-  // In order: the worktree first (the state most worth freeing), the records last. Steps added
-  // later (a worker's later-execution quarantine, a mount to unmount) go here, each keyed by what
-  // it finds in the record.
+  // In order: a worker's planted files first (they run on the user's next command), then the
+  // worktree (a disk-capped one is unmounted too), the records last.
   static const std::vector<SettleStep> steps = {
+      {"later_execution", &settle_held},
       {"worktree", &settle_worktree},
       {"patch", &settle_patch},
       {"transcript", &settle_transcript},
