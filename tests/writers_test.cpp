@@ -6,7 +6,9 @@
 #include "orchestration/git_step.hpp"
 
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <map>
@@ -701,6 +703,51 @@ TEST_CASE("serve: a worker's nested fsmonitor and hooksPath hook are held; serve
   json released = serve.reply("a2");
   CHECK_MESSAGE(released["ok"] == true, released.dump());
   user_commands(repo.path());  // twin
+  CHECK(fs::exists(marks.path() / "fsmonitor"));
+  CHECK(fs::exists(marks.path() / "hook"));
+}
+
+TEST_CASE("SIGKILL to serve while a worker runs: what it planted is live until the next start holds it") {
+  test::TempDir repo, scripts, marks;
+  make_repo(repo);
+  REQUIRE(git(repo.path(), "config core.hooksPath .husky").code == 0);
+  test::Serve serve({{"--child", test::program("fake_child").string(), "--child-arg", "shell", "--model",
+                      test::replay(scripts, "m.jsonl", "{\"content\":\"unused\"}")}});
+  serve.hello();
+  // The child plants both files, then keeps running: the supervisor dies before the child ends.
+  std::string id = serve.spawn_bg("s1", {{"preset", "worker"},
+                                         {"workspace", repo.path().string()},
+                                         {"brief", later_attack(marks.path()) + " && touch planted && sleep 600"}});
+  REQUIRE_FALSE(id.empty());
+  for (int i = 0; i < 3000 && !fs::exists(repo.path() / "planted"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(fs::exists(repo.path() / "planted"));
+  const fs::path state = serve.state.path();
+  const int status = serve.kill_and_reap(SIGKILL);
+  REQUIRE(WIFSIGNALED(status));
+  // What a dead supervisor left is live: the child's files are in the workspace (the quarantine's
+  // stated window, docs/writers.md).
+  CHECK(fs::exists(repo.path() / "sub/.git/config"));
+  CHECK(fs::exists(repo.path() / ".husky/pre-commit"));
+
+  // The next start of a command on the same state directory holds them.
+  auto r = test::run({test::bin("subagent-supervisor").string(), "recover", "--state-dir", state.string()});
+  INFO(r.out);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("held 2 later-execution path(s)") != std::string::npos);
+  CHECK_FALSE(fs::exists(repo.path() / "sub/.git"));
+  CHECK_FALSE(fs::exists(repo.path() / ".husky"));
+  CHECK(fs::exists(repo.path() / "planted"));  // ordinary files stay where the child wrote them
+  user_commands(repo.path());
+  CHECK_FALSE(fs::exists(marks.path() / "fsmonitor"));
+  CHECK_FALSE(fs::exists(marks.path() / "hook"));
+
+  // Twin: released with apply, the same files run both programs on the same commands.
+  auto a = test::run(
+      {test::bin("subagent-supervisor").string(), "apply", id, "--allow-flagged", "--state-dir", state.string()});
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  user_commands(repo.path());
   CHECK(fs::exists(marks.path() / "fsmonitor"));
   CHECK(fs::exists(marks.path() / "hook"));
 }

@@ -137,8 +137,8 @@ std::string settle_held(json& r, std::vector<std::string>& note) {
   if (held.held.empty())
     note.push_back("its workspace's later-execution paths hold nothing new");
   else
-    note.push_back("held " + std::to_string(held.held.size()) + " later-execution path(s) it planted; release: " +
-                   release_command(id));
+    note.push_back("held " + std::to_string(held.held.size()) +
+                   " later-execution path(s) it planted; release: " + release_command(id));
   return {};
 }
 
@@ -201,11 +201,8 @@ const std::vector<SettleStep>& settle_steps() {
   // In order: a worker's planted files first (they run on the user's next command), then the
   // worktree (a disk-capped one is unmounted too), the records last.
   static const std::vector<SettleStep> steps = {
-      {"later_execution", &settle_held},
-      {"worktree", &settle_worktree},
-      {"patch", &settle_patch},
-      {"transcript", &settle_transcript},
-      {"audit", &settle_audit},
+      {"later_execution", &settle_held},  {"worktree", &settle_worktree}, {"patch", &settle_patch},
+      {"transcript", &settle_transcript}, {"audit", &settle_audit},
   };
   return steps;
 }
