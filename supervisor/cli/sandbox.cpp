@@ -306,13 +306,17 @@ int cmd_sandbox(Args args) {
   if (preset.workspace_mode != WorkspaceMode::read && !unsafe) {
     try {
       LaterExecutionWatch w = watch_later_execution(ws, preset.writes.later_execution);
+      for (const auto& rel : w.protected_paths) preset.sandbox.protected_paths.push_back((ws / rel).string());
       held_id = new_held_id();
       record_spawn(state_dir, held_id, w);
-      for (const auto& rel : w.protected_paths) preset.sandbox.protected_paths.push_back((ws / rel).string());
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "subagent-supervisor sandbox: could not inspect the workspace's later-execution paths: %s\n",
+      // The sandbox itself does not depend on it (a user without a writable state directory, e.g.
+      // `sudo -u` with root's HOME, still gets CMD run): said plainly, and nothing is held.
+      held_id.clear();
+      std::fprintf(stderr,
+                   "subagent-supervisor sandbox: could not record the workspace's later-execution paths (%s); "
+                   "what CMD creates among them will NOT be held (--state-dir DIR names a writable one)\n",
                    e.what());
-      return kSetupError;
     }
   }
   // CMD never ran: its spawn record has nothing to settle.
