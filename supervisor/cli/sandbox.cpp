@@ -179,25 +179,6 @@ struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The name of one sandbox run's held files: the form of a child id (session.cpp's new_child_id).
-std::string new_held_id() {
-  unsigned char bytes[6];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-    got += static_cast<std::size_t>(n);
-  }
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned char b : bytes) {
-    id.push_back(hex[b >> 4]);
-    id.push_back(hex[b & 15]);
-  }
-  return id;
-}
-
 // CMD's tree has ended: what it left among the later-execution paths is held, and said so.
 void settle_and_report(const fs::path& state_dir, const std::string& id, bool state_dir_given) {
   HeldReport r;
@@ -307,7 +288,7 @@ int cmd_sandbox(Args args) {
     try {
       LaterExecutionWatch w = watch_later_execution(ws, preset.writes.later_execution);
       for (const auto& rel : w.protected_paths) preset.sandbox.protected_paths.push_back((ws / rel).string());
-      held_id = new_held_id();
+      held_id = new_child_id();  // named as a child is
       record_spawn(state_dir, held_id, w);
     } catch (const std::exception& e) {
       // The sandbox itself does not depend on it (a user without a writable state directory, e.g.

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <system_error>
 
 namespace supervisor {
 namespace fs = std::filesystem;
@@ -562,6 +564,24 @@ ReleaseResult release_held(const fs::path& state_dir, const std::string& id, boo
   r.message = "released the held later-execution files of child " + id + " into " + h.workspace.string() + " (" +
               std::to_string(h.held.size()) + " paths)";
   return r;
+}
+
+std::string new_child_id() {
+  unsigned char bytes[6];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id.push_back(hex[b >> 4]);
+    id.push_back(hex[b & 15]);
+  }
+  return id;
 }
 
 }  // namespace supervisor

@@ -52,24 +52,6 @@ void ignore_sigpipe_once() {
 
 }  // namespace
 
-std::string new_child_id() {
-  unsigned char bytes[6];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
-    got += static_cast<std::size_t>(n);
-  }
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned char b : bytes) {
-    id.push_back(hex[b >> 4]);
-    id.push_back(hex[b & 15]);
-  }
-  return id;
-}
-
 std::shared_ptr<ChildSession> ChildSession::create(asio::io_context& io, SessionConfig cfg,
                                                    std::unique_ptr<ModelProvider> provider) {
   return std::shared_ptr<ChildSession>(new ChildSession(io, std::move(cfg), std::move(provider)));

@@ -42,6 +42,9 @@ std::filesystem::path default_workspace_state_dir();
 // 1 to 64 lowercase hex digits, the form of a child id (and so a safe directory name).
 bool is_child_id(const std::string& id);
 
+// A fresh child id: 12 hex digits from getrandom (a sandbox run's held files are named the same way).
+std::string new_child_id();
+
 // <state_dir>/held/<id>
 std::filesystem::path held_dir(const std::filesystem::path& state_dir, const std::string& id);
 
