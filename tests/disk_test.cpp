@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "serve_driver.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;
@@ -291,6 +292,31 @@ TEST_CASE("max_disk_bytes only tightens: --max-disk-bytes above the preset's is 
   // Twin: at or below the preset's it runs.
   auto t = cli.run("implementation", repo.path(), state.path(), "true", {"--max-disk-bytes", "1073741824"});
   CHECK_MESSAGE(envelope(t)["status"] == "completed", t.out << t.err);
+}
+
+TEST_CASE("serve and mcp: limits.max_disk_bytes only tightens, by the same check as run's flag") {
+  test::TempDir ws, scripts;
+  test::Serve s(test::Serve::Options{
+      {"--workspace", ws.path().string(), "--model", test::replay(scripts, "m", R"({"content":"## Summary\nok"})")}});
+  s.hello();
+  s.send({{"type", "spawn"},
+          {"id", 1},
+          {"preset", "worker"},
+          {"brief", "x"},
+          {"limits", {{"max_disk_bytes", 4294967296ULL}}}});
+  json err = s.reply(1);
+  CHECK(err["type"] == "error");
+  CHECK(err["code"] == "scope");
+  CHECK_MESSAGE(err["message"].get<std::string>().find("max_disk_bytes 4294967296 exceeds the preset worker's "
+                                                       "writes.max_disk_bytes 2147483648") != std::string::npos,
+                err.dump());
+  s.send({{"type", "spawn"}, {"id", 2}, {"preset", "worker"}, {"brief", "x"}, {"limits", {{"max_disk_bytes", "a"}}}});
+  CHECK(s.reply(2)["message"] == "limits.max_disk_bytes: must be a non-negative integer");
+  // Twin: below the preset's it runs.
+  s.send(
+      {{"type", "spawn"}, {"id", 3}, {"preset", "worker"}, {"brief", "x"}, {"limits", {{"max_disk_bytes", 1048576}}}});
+  json ok = s.reply(3);
+  CHECK_MESSAGE(ok["envelope"]["status"] == "completed", ok.dump());
 }
 
 TEST_CASE("implementation, real child: make fills its capped worktree; the tool_done check wraps it up; twin") {

@@ -106,7 +106,16 @@ SpawnRequest parse_spawn(const json& j) {
   r.description = text(j, "description", false);
   r.workspace = text(j, "workspace", false);
   r.model = text(j, "model", false);
-  if (j.contains("limits")) r.limits = parse_limits(j["limits"], "limits");
+  if (j.contains("limits")) {
+    // The disk budget is a writer's (writes.max_disk_bytes), not a session budget: the hub tightens
+    // the preset with it, as `run --max-disk-bytes` does.
+    json limits = j["limits"];
+    if (limits.is_object() && limits.contains("max_disk_bytes")) {
+      r.max_disk_bytes = count(limits, "max_disk_bytes", "limits.");
+      limits.erase("max_disk_bytes");
+    }
+    r.limits = parse_limits(limits, "limits");
+  }
   r.tools = names(j, "tools", "");
   r.domains = names(j, "domains", "");
   return r;

@@ -104,6 +104,7 @@ json limits_schema() {
          {{"type", "number"},
           {"exclusiveMinimum", 0},
           {"description", "estimated spend in US dollars at the model config's prices (needs a price for the model)"}}},
+        {"max_disk_bytes", count("bytes a writer (worker, implementation) may add to its workspace or worktree")},
         {"summary_bytes", count("cap on the envelope's summary")},
         {"answer_bytes", count("cap on the envelope's answer")}}},
       {"additionalProperties", false}};
