@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <mutex>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -153,10 +155,36 @@ std::vector<Secret> secrets() {
 
 }  // namespace
 
+// secrets() reads /etc/passwd and resolves every home's entries: a few hundred syscalls. A launch
+// checks each of its roots, and git steps launch in parallel, so the list is kept for a second
+// (a credential directory made or linked later is seen within that second) and for as long as the
+// variables it depends on stay the same.
+static std::shared_ptr<const std::vector<Secret>> current_secrets() {
+  static std::mutex mutex;
+  static std::shared_ptr<const std::vector<Secret>> cached;
+  static std::string cached_key;
+  static std::chrono::steady_clock::time_point made;
+  std::string key;
+  for (const char* v : {"HOME", "SUBAGENT_MODEL_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "SUBAGENT_STATE_DIR"}) {
+    const char* x = std::getenv(v);
+    key += x ? x : "";
+    key.push_back('\0');
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex);
+  if (!cached || key != cached_key || now - made > std::chrono::seconds(1)) {
+    cached = std::make_shared<const std::vector<Secret>>(secrets());
+    cached_key = std::move(key);
+    made = now;
+  }
+  return cached;
+}
+
 std::string credential_reason(const fs::path& dir) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
-  for (const Secret& s : secrets()) {
+  const auto list = current_secrets();
+  for (const Secret& s : *list) {
     for (const fs::path& p : {s.canonical, s.lexical}) {
       if (d == p) return "it is " + p.string() + ", where credentials or the supervisor's own state are kept";
       if (!s.holder && below(d, p))
