@@ -640,7 +640,7 @@ struct Window {
   double cpu_us = 0, user_us = 0, sys_us = 0;
   long voluntary_switches = 0, involuntary_switches = 0;
   std::uint64_t round_trips = 0;
-  double queued_us = 0;  // the loop thread's time runnable but not running (schedstat run_delay)
+  double queued_us = 0;                  // the loop thread's time runnable but not running (schedstat run_delay)
   double idle_ticks = 0, all_ticks = 0;  // every CPU's, from /proc/stat
 };
 // The second field of /proc/thread-self/schedstat: nanoseconds this thread waited on a run queue.
@@ -868,7 +868,9 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
       // A loaded machine can start the last child after the first is done: the round measures
       // nothing, so it is left out (and said), and one more is run in its place, up to twice.
       std::printf("  round %d: left out, a child of the %s finished before the last one started\n", r,
-                  !a.valid ? "supervisor" : !b.valid ? "raw relay" : "sandboxed raw relay");
+                  !a.valid   ? "supervisor"
+                  : !b.valid ? "raw relay"
+                             : "sandboxed raw relay");
       if (++skipped <= 2) --r;
       continue;
     }
@@ -877,7 +879,8 @@ void bench_concurrent(const Options &o, const Env &env, asio::io_context &io) {
     raw_rate.push_back(b.msgs_per_s);
     raw_cpu.push_back(b.cpu_us_per_msg);
     sbx_rate.push_back(c.msgs_per_s);
-    runs.push_back({{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}, {"raw_relay_sandboxed_children", to_json(c)}});
+    runs.push_back(
+        {{"supervisor", to_json(a)}, {"raw_relay", to_json(b)}, {"raw_relay_sandboxed_children", to_json(c)}});
     std::printf(
         "  round %d: supervisor %.0f msg/s, %.2f us CPU/msg (user %.2f, sys %.2f; %.2f+%.2f switches/msg; "
         "queued %.2f us/msg; machine idle %.0f%%)\n"

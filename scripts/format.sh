@@ -3,7 +3,9 @@
 #   scripts/format.sh            rewrite the files in place
 #   scripts/format.sh --check    change nothing; list the files that differ and exit 1 if any does
 #   scripts/format.sh [--check] FILE...   only these files
-# Debian 12's clang-format (14) is the reference; another version may break a few lines differently.
+# Pinned to clang-format 14 (Debian 12's clang-format-14, 14.0.6): another version breaks some lines
+# differently, so the check would fail on a tree formatted correctly. setup.sh test installs it and
+# runs --check before building.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,8 +15,13 @@ if [ "${1:-}" = --check ]; then
   check=1
   shift
 fi
-if ! command -v clang-format >/dev/null; then
-  echo "format.sh: clang-format is not installed (apt-get install clang-format)" >&2
+clang_format=${CLANG_FORMAT:-clang-format-14}
+if ! command -v "$clang_format" >/dev/null; then
+  echo "format.sh: $clang_format is not installed (apt-get install clang-format-14)" >&2
+  exit 1
+fi
+if ! "$clang_format" --version | grep -q 'version 14\.'; then
+  echo "format.sh: $clang_format is not clang-format 14: $("$clang_format" --version)" >&2
   exit 1
 fi
 
@@ -24,12 +31,12 @@ if ((${#files[@]} == 0)); then
 fi
 
 if ((check == 0)); then
-  clang-format -i --style=file "${files[@]}"
+  "$clang_format" -i --style=file "${files[@]}"
   exit 0
 fi
 differ=()
 for f in "${files[@]}"; do
-  if ! clang-format --style=file "$f" | cmp -s - "$f"; then
+  if ! "$clang_format" --style=file "$f" | cmp -s - "$f"; then
     differ+=("$f")
   fi
 done

@@ -3,7 +3,7 @@
 #   demo    the README's demo: a real explore child reads and greps this repository and reports.
 #           Installs only what the programs and their build need and builds only the two programs
 #           the demo runs (subagent-supervisor with its core, subagent-child)
-#   test    the whole test suite (CTest), the sandbox and run CLI tests again as an unprivileged
+#   test    the format check (scripts/format.sh --check, clang-format 14), the whole test suite (CTest), the sandbox and run CLI tests again as an unprivileged
 #           user (scripts/unprivileged.sh), then the sanitizer builds and short fuzz runs
 #           (scripts/sanitize.sh, scripts/fuzz.sh). Installs the rest (Node.js and npm for the MCP
 #           SDK tests, clang-16 and its sanitizer runtime for the sanitizer builds) and builds everything
@@ -34,9 +34,10 @@ packages=(
   doctest-dev libre2-dev libgumbo-dev
 )
 # What only the tests need: Node.js for the MCP SDK tests, clang-16 and its sanitizer runtime
-# (llvm-16 for the symbolizer) for scripts/sanitize.sh and scripts/fuzz.sh.
+# (llvm-16 for the symbolizer) for scripts/sanitize.sh and scripts/fuzz.sh, clang-format-14 for the
+# format check.
 if [[ $action == test* ]]; then
-  packages+=(nodejs clang-16 libclang-rt-16-dev llvm-16)
+  packages+=(nodejs clang-16 libclang-rt-16-dev llvm-16 clang-format-14)
 fi
 
 missing=()
@@ -93,6 +94,7 @@ case "$action" in
       --model "replay:$here/examples/explore-demo.jsonl"
     ;;
   test)
+    "$here/scripts/format.sh" --check
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600
     SUBAGENT_BUILD_DIR="$build_dir" "$here/scripts/unprivileged.sh"
     "$here/scripts/sanitize.sh" all

@@ -138,20 +138,20 @@ TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
       R"({"type":"tool_request","id":"t","tool":"x","args":{"n":0,"big":18446744073709551615,"t":true,"f":false,"z":null}})",
       R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"v","k2":"v"}})",
       // arguments the shortcut hands to the JSON parser (the line is still read without a tree)
-      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"a","k":"b"}})",      // repeated key
-      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":-1,"f":1.5,"e":1E2}})",  // other numbers
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"a","k":"b"}})",           // repeated key
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":-1,"f":1.5,"e":1E2}})",    // other numbers
       R"({"type":"tool_request","id":"t","tool":"x","args":{"k":18446744073709551616}})",  // past 64 bits
-      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"\u0041\n"}})",        // escapes
+      R"({"type":"tool_request","id":"t","tool":"x","args":{"k":"\u0041\n"}})",            // escapes
       R"({"type":"tool_request","id":"t","tool":"x","args":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17}})",
       R"({"type":"tool_request","id":"t","tool":"x","args":{"k":[1,"2",{}],"o":{"p":null}}})",
       // what the shortcut must decline and the tree decides
-      R"({"type":"tool_request","id":"t\n1","tool":"grep"})",         // escape in a string
+      R"({"type":"tool_request","id":"t\n1","tool":"grep"})",               // escape in a string
       "{\"type\":\"tool_request\",\"id\":\"caf\xC3\xA9\",\"tool\":\"g\"}",  // non-ASCII
-      R"({"type":"tool_request","id":"a","id":"b","tool":"g"})",       // repeated key
-      R"({"type":"tool_request","id":"t","tool":"g","extra":1})",      // unknown member
-      R"({"type":"tool_request","id":"t","tool":"g","args":null})",    // null
-      R"({"type":"tool_request","id":"t","tool":"g","args":[]})",      // args not an object
-      R"({"type":"tool_request","id":"t","tool":"g","args":{"k":01}})",   // args not JSON: a leading zero
+      R"({"type":"tool_request","id":"a","id":"b","tool":"g"})",            // repeated key
+      R"({"type":"tool_request","id":"t","tool":"g","extra":1})",           // unknown member
+      R"({"type":"tool_request","id":"t","tool":"g","args":null})",         // null
+      R"({"type":"tool_request","id":"t","tool":"g","args":[]})",           // args not an object
+      R"({"type":"tool_request","id":"t","tool":"g","args":{"k":01}})",     // args not JSON: a leading zero
       R"({"type":"tool_request","id":"t","tool":"g","args":{"k":nul}})",
       R"({"type":"tool_request","id":"t","tool":"g","args":{"a":}})",  // args not JSON
       R"({"type":"tool_request","id":"t","tool":"g","args":{"a":1]})",
@@ -194,8 +194,8 @@ TEST_CASE("the plain-line shortcut decodes exactly as the tree decoder") {
     }
   }
   // Arguments nested past kMaxDepth: the depth bound refuses the line before either decoder parses.
-  const std::string deep = R"({"type":"tool_request","id":"t","tool":"g","args":{"a":)" +
-                           std::string(kMaxDepth, '[') + "1" + std::string(kMaxDepth, ']') + "}}";
+  const std::string deep = R"({"type":"tool_request","id":"t","tool":"g","args":{"a":)" + std::string(kMaxDepth, '[') +
+                           "1" + std::string(kMaxDepth, ']') + "}}";
   CHECK(decode_child_message(deep).error == decode_child_message_via_tree(deep).error);
   CHECK(decode_child_message(deep).error.find("nested deeper") != std::string::npos);
 }

@@ -337,6 +337,7 @@ TEST_CASE("one child's fetches run at most four at a time, the rest in order; ot
     w->run("child2", "web_fetch", {{"url", srv.base() + "/web/slow?ms=200&token=gone&i=" + std::to_string(i)}},
            [&](bool, std::string) { ++answered; });
   w->forget("child2");
-  run_until(io, [&] { return answered > 0; }, 1500ms);
+  run_until(
+      io, [&] { return answered > 0; }, 1500ms);
   CHECK(answered == 0);
 }

@@ -256,8 +256,8 @@ void ChildSession::handle(proto::ToolRequest& m) {
   if (state_ == State::finishing || state_ == State::done) return;
   if (tools_denied_ >= kMaxToolDenials) {
     fail(proto::Status::protocol_error, "protocol error: tool_request '" + shown_id(m.id) + "' after " +
-                                            std::to_string(tools_denied_) +
-                                            " denied tool requests (at most " + std::to_string(kMaxToolDenials) +
+                                            std::to_string(tools_denied_) + " denied tool requests (at most " +
+                                            std::to_string(kMaxToolDenials) +
                                             " are answered in a session; a child that keeps asking is ended)");
     return;
   }
@@ -322,8 +322,9 @@ void ChildSession::decide_tool(proto::ToolRequest& m) {
   }
   if (!cfg_.approver) return deny_ask(m, rule, "ask: no approver", why, "no approver is attached");
   if (approvals_.size() >= kMaxWaitingApprovals)
-    return deny_ask(m, rule, "ask: too many waiting", why,
-                    std::to_string(approvals_.size()) + " of this child's approvals are already waiting for the parent");
+    return deny_ask(
+        m, rule, "ask: too many waiting", why,
+        std::to_string(approvals_.size()) + " of this child's approvals are already waiting for the parent");
   record_decision(m, "ask", rule, why, /*take_args=*/false);  // the approver is shown them
   ask_approval(m, why);
 }

@@ -533,7 +533,6 @@ Preset load_preset_undigested(const std::string& name_or_path, const fs::path& p
   return p;
 }
 
-
 protocol::Limits child_limits(const Budgets& b) {
   protocol::Limits l;
   l.max_steps = b.max_steps;

@@ -33,9 +33,9 @@ using nlohmann::json;
 namespace {
 
 std::mutex mu;
-std::map<std::string, json> seen;     // token -> requests
-std::map<std::string, int> attempts;  // token -> count
-std::map<std::string, json> scripts;  // token -> turns (the "script" scenario)
+std::map<std::string, json> seen;                 // token -> requests
+std::map<std::string, int> attempts;              // token -> count
+std::map<std::string, json> scripts;              // token -> turns (the "script" scenario)
 std::map<std::string, std::pair<int, int>> held;  // token -> /web/slow requests held now, and the most at once
 int port2 = 0;
 

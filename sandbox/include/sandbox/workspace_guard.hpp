@@ -43,8 +43,8 @@ std::string unsafe_workspace_reason(const std::filesystem::path& dir);
 // $SUBAGENT_MODEL_CONFIG) and state directory's transcripts/ and supervisors/
 // (~/.local/state/subagent-supervisor, $XDG_STATE_HOME/subagent-supervisor, $SUBAGENT_STATE_DIR).
 // The state directory itself is refused (and its ancestors below a home) but not its worktrees/,
-// where implementation children work, nor patches/, which the sandboxed git of `apply` uses. Both the path as named and its target (symlinks resolved)
-// count. Reads /etc/passwd on each call; thread-safe.
+// where implementation children work, nor patches/, which the sandboxed git of `apply` uses. Both the path as named and
+// its target (symlinks resolved) count. Reads /etc/passwd on each call; thread-safe.
 std::string credential_reason(const std::filesystem::path& dir);
 
 // Why `dir` is too much to grant a child as a root of the given kind, or "" when it is not.

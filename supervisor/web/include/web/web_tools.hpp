@@ -111,7 +111,7 @@ class WebTools final : public BrokeredTools, public std::enable_shared_from_this
     Done done;
   };
   struct Slots {
-    unsigned running = 0;          // calls started and not yet answered
+    unsigned running = 0;         // calls started and not yet answered
     std::deque<Waiting> waiting;  // past max_in_flight_per_child, in the order they came
   };
   std::map<std::string, Slots> slots_;  // child id -> its calls; gone when it has none
