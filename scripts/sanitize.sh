@@ -21,7 +21,7 @@ tsan_dir=${SUBAGENT_TSAN_BUILD_DIR:-$here/build-tsan}
 # launching thread; and the hostile-sandbox tests' listener threads. The supervisor's offload pool
 # (worktrees, patches, sandbox plans) is tested in hub_test, which is not listed yet: under TSan,
 # beside provider_e2e_test, one of its implementation children failed once (not reproduced alone).
-tsan_tests='^(transcript_test|http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
+tsan_tests='^(session_logic_test|transcript_test|http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
 
 # RelWithDebInfo's flags with line tables instead of full debug info (scripts/fuzz.sh: the same).
 sanitizer_flags='-O2 -gline-tables-only -DNDEBUG'

@@ -281,6 +281,7 @@ SessionConfig Hub::session_config(Child& c) {
   s.on_progress = cfg_.on_progress;
   s.max_line = cfg_.max_line;
   s.handshake_timeout = cfg_.handshake_timeout;
+  s.runtime = cfg_.runtime;
   c.web = web_tools_for(io_, *c.preset, c.req.domains, cfg_.search_endpoint);
   s.brokered = c.web;
   if (c.worktree && c.worktree->git) {

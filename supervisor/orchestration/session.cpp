@@ -1,12 +1,10 @@
-// ChildSession's lifecycle (session.hpp): create, start (prepare and launch under the preset's sandbox),
-// cancel, wrap-up, failure, kill, and the one envelope. The I/O is in session_io.cpp, the model calls
+// ChildSession's lifecycle (session.hpp): create, start (through its runtime), cancel, wrap-up,
+// failure, kill, and the one envelope. The I/O is in session_io.cpp, the model calls
 // and tool decisions in session_broker.cpp.
 #include "orchestration/session.hpp"
 
-#include <sys/statfs.h>
-#include <fcntl.h>
 #include <sys/random.h>
-#include <sys/wait.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +14,7 @@
 #include <cstring>
 
 #include "protocol/tools.hpp"
-#include "sandbox/launch.hpp"
+#include "runtime/local_runtime.hpp"
 
 namespace supervisor {
 
@@ -25,22 +23,6 @@ namespace proto = protocol;
 using nlohmann::json;
 
 namespace {
-
-struct Pipe {
-  int read = -1, write = -1;
-  Pipe() {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
-    read = fds[0];
-    write = fds[1];
-  }
-  ~Pipe() {
-    if (read >= 0) ::close(read);
-    if (write >= 0) ::close(write);
-  }
-  int release_read() { return std::exchange(read, -1); }
-  int release_write() { return std::exchange(write, -1); }
-};
 
 void ignore_sigpipe_once() {
   static const bool done = [] {
@@ -61,9 +43,7 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
     : io_(io),
       cfg_(std::move(cfg)),
       provider_(std::move(provider)),
-      pidfd_(io),
-      rewait_(io),
-      exec_status_(io),
+      runtime_(cfg_.runtime ? cfg_.runtime : local_runtime()),
       to_child_(io),
       from_child_(io),
       child_err_(io),
@@ -76,22 +56,9 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       drain_timer_(io),
       disk_timer_(io) {}
 
-ChildSession::~ChildSession() {
-  // Invariant 6: no child outlives its session, and none is left a zombie. Only reached with the
-  // child alive when the owner drops the session early (e.g. the supervisor is exiting).
-  if (pid_ > 0 && !exited_) {
-    ::kill(-pid_, SIGKILL);
-    ::kill(pid_, SIGKILL);
-    if (pidfd_.is_open()) {
-      const int fd = pidfd_.native_handle();
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // Asio set it; this wait must block
-      siginfo_t info{};
-      while (::waitid(P_PIDFD, static_cast<id_t>(pidfd_.native_handle()), &info, WEXITED) < 0 && errno == EINTR) {
-      }
-    }
-    sandbox::release(launched_);
-  }
-}
+// The child, if it still runs, is killed and reaped by its RunningChild (invariant 6: no child
+// outlives its session); a start still in flight is abandoned by its PendingStart.
+ChildSession::~ChildSession() = default;
 
 std::uint64_t ChildSession::elapsed_ms() const {
   return static_cast<std::uint64_t>(
@@ -124,6 +91,7 @@ Progress ChildSession::progress() const {
   Progress p;
   p.id = cfg_.id;
   p.state = shown[static_cast<int>(state_)];
+  if (state_ == State::starting && runtime_state_ == RuntimeState::queued) p.state = ChildState::queued;
   p.steps = meter_.steps();
   p.max_steps = cfg_.budgets.max_steps;
   p.tool_calls = meter_.tool_calls();
@@ -145,10 +113,6 @@ void ChildSession::report_progress() {
   if (cfg_.on_progress) cfg_.on_progress(progress());
 }
 
-struct ChildSession::StartPipes {
-  Pipe in, out, err;
-};
-
 void ChildSession::start(DoneHandler on_done) {
   ignore_sigpipe_once();
   on_done_ = std::move(on_done);
@@ -158,55 +122,40 @@ void ChildSession::start(DoneHandler on_done) {
                                      {"policy_digest", cfg_.preset->digest},
                                      {"description", cfg_.description},
                                      {"workspace", cfg_.workspace.string()},
-                                     {"model", provider_->describe()}}));
+                                     {"model", provider_->describe()},
+                                     {"runtime", std::string(runtime_->name())}}));
   if (cfg_.budgets.max_cost_usd && !meter_.price()) {
     // A cost budget nobody can count is refused, never silently ignored.
     refuse_start("max_cost_usd " + format_usd(*cfg_.budgets.max_cost_usd) + " is set but the model " +
                  provider_->describe() + " has no price in the model config (add it under \"prices\", docs/models.md)");
     return;
   }
-  // The plan is prepared off the loop (seccomp, Landlock ruleset, paths: sandbox::prepare reads the
-  // file system); launch_prepared() launches it on the loop thread, which PR_SET_PDEATHSIG needs.
-  std::shared_ptr<StartPipes> pipes;
-  sandbox::LaunchRequest req;
-  try {
-    pipes = std::make_shared<StartPipes>();
-    req.executable = cfg_.child_executable.string();
-    req.argv.push_back(cfg_.child_executable.string());
-    req.argv.insert(req.argv.end(), cfg_.child_args.begin(), cfg_.child_args.end());
-    req.workspace = cfg_.workspace;
-    req.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
-    req.child_dir = cfg_.child_executable;  // ${child}: the one program this child may exec
-    req.extra_env.push_back("SUBAGENT_CHILD_ID=" + cfg_.id);
-    req.stdin_fd = pipes->in.read;
-    req.stdout_fd = pipes->out.write;
-    req.stderr_fd = pipes->err.write;
-  } catch (const std::exception& e) {
-    start_failed(e.what());
-    return;
-  }
-  launch_request_ = std::make_shared<const sandbox::LaunchRequest>(std::move(req));
-  prepare_launch(std::move(pipes));
+  LaunchSpec spec;
+  spec.child_id = cfg_.id;
+  spec.preset = cfg_.preset;
+  spec.executable = cfg_.child_executable;
+  spec.args = cfg_.child_args;
+  spec.workspace = cfg_.workspace;
+  spec.allow_unsafe_workspace = cfg_.allow_unsafe_workspace;
+  spec.extra_env.push_back("SUBAGENT_CHILD_ID=" + cfg_.id);
+  StartHandlers handlers;
+  handlers.on_state = [self = shared_from_this()](RuntimeState s) { self->on_runtime_state(s); };
+  handlers.on_started = [self = shared_from_this()](std::unique_ptr<RunningChild> child, std::string error) {
+    self->on_started(std::move(child), error);
+  };
+  starting_ = runtime_->start(io_, std::move(spec), std::move(handlers));
 }
 
-void ChildSession::prepare_launch(std::shared_ptr<StartPipes> pipes) {
-  // The session's state stays on the loop: the worker gets the (immutable) preset and the request.
-  jobs_.run(
-      io_, [preset = cfg_.preset, req = launch_request_] { return sandbox::prepare(preset->sandbox, *req); },
-      [self = shared_from_this(), pipes](Outcome<sandbox::PlanPtr> plan) {
-        self->launch_prepared(std::move(plan), pipes);
-      });
-}
-
-void ChildSession::launch_refused(const std::string& why, std::shared_ptr<StartPipes> pipes) {
-  // The child died before its exec: its copies of the pipes are closed, the session's are as new.
-  if (prepared_again_) return start_failed(why);
-  prepared_again_ = true;
-  prepare_launch(std::move(pipes));
+void ChildSession::on_runtime_state(RuntimeState s) {
+  if (state_ != State::starting || runtime_state_ == s) return;
+  runtime_state_ = s;
+  if (s == RuntimeState::queued)
+    emit(make_event(EventKind::runtime_state, {{"state", to_string(s)}, {"runtime", std::string(runtime_->name())}}));
+  report_progress();
 }
 
 void ChildSession::start_failed(const std::string& why) {
-  // Launch failed before the child ran anything: report, never run it unsandboxed.
+  // The runtime could not start the child: nothing of it ran, and it never runs unsandboxed.
   refuse_start(std::string("could not start the child: ") + why);
 }
 
@@ -217,86 +166,29 @@ void ChildSession::refuse_start(const std::string& reason) {
   asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
 }
 
-void ChildSession::launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes) {
-  // A cancel() that came while the plan was prepared does not stop the launch: the child is started
+void ChildSession::on_started(std::unique_ptr<RunningChild> child, const std::string& error) {
+  starting_.reset();
+  if (done_) return;  // a cancel while it was queued ended the session; the child goes with `child`
+  // A cancel() that came while the child was set up does not stop the start: the child is started
   // and its tree killed like any other cancelled child's, so the envelope reports the same exit.
-  if (!plan) {
-    start_failed(plan.error);
-    return;
-  }
-  try {
-    plan_ = std::move(*plan.value);
-    layers_applied_.clear();
-    layers_missing_.clear();
-    for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_applied_ : layers_missing_).push_back(l.name);
-    pending_.emplace(sandbox::start(*plan_));
-    const int status_fd = ::fcntl(pending_->status_fd(), F_DUPFD_CLOEXEC, 0);
-    if (status_fd < 0) throw std::system_error(errno, std::generic_category(), "dup of the launch's status pipe");
-    exec_status_.assign(status_fd);
-  } catch (const sandbox::NamespaceRefusedError& e) {
-    pending_.reset();
-    plan_.reset();
-    launch_refused(e.what(), std::move(pipes));
-    return;
-  } catch (const std::exception& e) {
-    pending_.reset();  // kills and reaps a child that was cloned
-    plan_.reset();
-    start_failed(e.what());
-    return;
-  }
-  await_exec(std::move(pipes));
-}
-
-void ChildSession::await_exec(std::shared_ptr<StartPipes> pipes) {
-  exec_status_.async_wait(asio::posix::descriptor_base::wait_read,
-                          [self = shared_from_this(), pipes](boost::system::error_code ec) {
-                            if (ec == asio::error::operation_aborted && self->done_) return;
-                            self->on_exec_status(pipes);
-                          });
-}
-
-void ChildSession::on_exec_status(std::shared_ptr<StartPipes> pipes) {
-  auto over = [this] {
-    boost::system::error_code ignored;
-    exec_status_.close(ignored);
-    pending_.reset();
-    plan_.reset();
-  };
-  std::optional<sandbox::Child> child;
-  try {
-    child = pending_->finish();
-  } catch (const sandbox::NamespaceRefusedError& e) {
-    over();
-    launch_refused(e.what(), std::move(pipes));
-    return;
-  } catch (const std::exception& e) {
-    over();
-    start_failed(e.what());
-    return;
-  }
-  if (!child) return await_exec(std::move(pipes));  // a second turn (a user namespace's id maps)
-  over();
-  launched_ = *child;
-  pid_ = child->pid;
-  pidfd_.assign(child->pidfd);
-  to_child_.assign(pipes->in.release_write());
-  from_child_.assign(pipes->out.release_read());
-  // send() writes and on_readable() reads these directly (session_io.cpp): never block the loop.
-  boost::system::error_code blocking;
-  to_child_.non_blocking(true, blocking);
-  if (!blocking) from_child_.non_blocking(true, blocking);
-  child_err_.assign(pipes->err.release_read());
-  emit(make_event(EventKind::started,
-                  {{"pid", pid_}, {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}}));
+  if (!child) return start_failed(error);
+  child_ = std::move(child);
+  runtime_state_ = RuntimeState::running;
+  layers_applied_ = child_->layers().applied;
+  layers_missing_ = child_->layers().missing;
+  to_child_.assign(child_->take_stdin());
+  from_child_.assign(child_->take_stdout());
+  child_err_.assign(child_->take_stderr());
+  json started = {{"runtime", std::string(runtime_->name())},
+                  {"runtime_id", child_->runtime_id()},
+                  {"sandbox", {{"applied", layers_applied_}, {"missing", layers_missing_}}}};
+  if (child_->local_pid()) started["pid"] = *child_->local_pid();
+  emit(make_event(EventKind::started, std::move(started)));
   state_ = State::handshake;
 
-  wait_exit();
+  child_->on_end([self = shared_from_this()](const ChildEnd& end) { self->on_end(end); });
   do_read();
   do_read_stderr();
-  if (blocking) {  // fcntl(F_SETFL) failed: a full pipe could block the loop, so the child is ended
-    fail(proto::Status::failed, "could not make the child's pipes non-blocking: " + blocking.message());
-    return;
-  }
   if (status_ == proto::Status::cancelled) {  // cancel() came while it was launched: end it as cancel() does
     kill_tree("cancelled");
     return;
@@ -346,9 +238,18 @@ void ChildSession::cancel(const std::string& reason) {
   }
   emit(make_event(EventKind::cancel, {{"reason", reason}}));
   provider_->cancel();
-  // Not launched yet (the plan is prepared or the exec awaited): on_exec_status() kills the tree once
-  // the child exists; or the launch failed, which is already reported.
-  if (state_ == State::starting) return;
+  if (state_ == State::starting) {
+    // Waiting in its runtime's queue: the start is withdrawn and nothing of the child ever runs.
+    if (runtime_state_ == RuntimeState::queued && starting_) {
+      starting_.reset();
+      exited_ = true;
+      stdout_eof_ = true;
+      asio::post(io_, [self = shared_from_this()] { self->maybe_finish(); });
+    }
+    // Being set up: on_started() kills the tree once the child exists; or the start failed, which
+    // is already reported.
+    return;
+  }
   // Kill first: a child that read `cancel` before the kill landed could exit on its own, and a
   // cancel always ends the tree the same way. The message still goes out (a pipe to a dead child
   // is handled like any other write error).
@@ -422,7 +323,7 @@ void ChildSession::fail(proto::Status status, const std::string& reason) {
   }
   emit(make_event(EventKind::failure, {{"status", proto::to_string(status)}, {"reason", reason}}));
   provider_->cancel();
-  if (pid_ > 0) {
+  if (child_) {
     if (status == proto::Status::protocol_error) send(proto::Error{"protocol_error", reason});
     kill_tree(reason);
   }
@@ -430,12 +331,10 @@ void ChildSession::fail(proto::Status status, const std::string& reason) {
 }
 
 void ChildSession::kill_tree(const std::string& why) {
-  if (pid_ <= 0 || exited_) return;
+  if (!child_ || exited_) return;
   if (!killed_) emit(make_event(EventKind::kill, {{"reason", why}}));
   killed_ = true;
-  // setsid() in the child made it a process-group leader; a PID namespace (when applied) takes the rest.
-  ::kill(-pid_, SIGKILL);
-  ::kill(pid_, SIGKILL);
+  child_->kill_tree();
 }
 
 // ---- the envelope --------------------------------------------------------------------------------
@@ -455,7 +354,6 @@ void ChildSession::finish() {
   stdout_closed_timer_.cancel();
   after_final_timer_.cancel();
   disk_timer_.cancel();
-  exec_status_.close(ignored);
   for (auto& [id, pending] : approvals_) pending->timer.cancel();  // a late answer finds the session done
   drain_timer_.cancel();
   to_child_.close(ignored);

@@ -1,8 +1,7 @@
 // ChildSession's I/O (session.hpp): reading and decoding the child's protocol lines, its stderr and
-// log, its exit through the pidfd, and the write queue to its stdin.
+// log, its end as its runtime reports it, and the write queue to its stdin.
 #include "orchestration/session.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -152,47 +151,17 @@ void ChildSession::do_read_stderr() {
       });
 }
 
-void ChildSession::wait_exit() {
-  pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-    if (ec == asio::error::operation_aborted) return;
-    siginfo_t info{};
-    int rc;
-    while ((rc = ::waitid(P_PIDFD, static_cast<id_t>(self->pidfd_.native_handle()), &info, WEXITED | WNOHANG)) < 0 &&
-           errno == EINTR) {
-    }
-    // Asio made the pidfd non-blocking: then a child that has not exited yet gives EAGAIN.
-    if ((rc == 0 && info.si_pid == 0) || (rc < 0 && errno == EAGAIN)) {
-      // Not exited yet: look again shortly rather than spin on a level-triggered wake-up.
-      self->rewait_.expires_after(std::chrono::milliseconds(5));
-      self->rewait_.async_wait([self](boost::system::error_code e) {
-        if (!e) self->wait_exit();
-      });
-      return;
-    }
-    int status = 0;
-    if (rc == 0) {
-      if (info.si_code == CLD_EXITED)
-        status = W_EXITCODE(info.si_status, 0);
-      else
-        status = info.si_status & 0x7f;  // killed or dumped: the signal number
-    }
-    self->on_exit(status);
-  });
-}
-
-void ChildSession::on_exit(int status) {
+void ChildSession::on_end(const ChildEnd& end) {
   exited_ = true;
-  if (WIFEXITED(status))
-    exit_.code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status))
-    exit_.signal = WTERMSIG(status);
-  boost::system::error_code close_ec;
-  pidfd_.close(close_ec);
-  // The leader is gone; anything it left behind in its process group goes too.
-  ::kill(-pid_, SIGKILL);
-  sandbox::release(launched_);
-  emit(make_event(EventKind::exit, {{"code", exit_.code ? json(*exit_.code) : json(nullptr)},
-                                    {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}}));
+  exit_.code = end.code;
+  exit_.signal = end.signal;
+  json fields = {{"code", exit_.code ? json(*exit_.code) : json(nullptr)},
+                 {"signal", exit_.signal ? json(*exit_.signal) : json(nullptr)}};
+  if (end.state == RuntimeState::lost) fields["lost"] = end.detail;
+  emit(make_event(EventKind::exit, std::move(fields)));
+  if (end.state == RuntimeState::lost && !final_)
+    fail(proto::Status::failed,
+         "the child was lost by its runtime (" + std::string(runtime_->name()) + "): " + end.detail);
   if (!stdout_eof_) {
     // Give buffered output a moment to drain; a grandchild holding the pipe must not keep us waiting.
     drain_timer_.expires_after(std::chrono::milliseconds(200));
@@ -210,7 +179,7 @@ void ChildSession::on_exit(int status) {
 // ---- writing -------------------------------------------------------------------------------------
 
 void ChildSession::send(const proto::SupervisorMessage& m) {
-  if (pid_ <= 0 || exited_ || !to_child_.is_open()) return;
+  if (!child_ || exited_ || !to_child_.is_open()) return;
   std::string line = proto::encode_line(m);
   if (!writing_) {
     // Nothing is queued or in flight, so writing now keeps the order. The descriptor is

@@ -7,9 +7,10 @@
 namespace supervisor {
 
 namespace {
-constexpr std::array<std::pair<EventKind, const char*>, 22> kNames = {{
+constexpr std::array<std::pair<EventKind, const char*>, 23> kNames = {{
     {EventKind::queued, "queued"},
     {EventKind::spawn, "spawn"},
+    {EventKind::runtime_state, "runtime_state"},
     {EventKind::started, "started"},
     {EventKind::hello, "hello"},
     {EventKind::model_request, "model_request"},

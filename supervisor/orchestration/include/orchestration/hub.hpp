@@ -80,6 +80,8 @@ struct HubConfig {
   std::size_t max_line = protocol::kDefaultMaxLine;  // longest protocol line from a child
   std::chrono::milliseconds handshake_timeout{10'000};
   std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
+  // Where every child runs; null: this host's sandbox (local_runtime()). Tests give the in-process one.
+  std::shared_ptr<ChildRuntime> runtime;
 };
 
 struct ChildInfo {

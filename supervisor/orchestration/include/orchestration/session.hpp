@@ -4,7 +4,8 @@
 // Shape (after Boost.Beast's session): one object per child, paired do_read/on_read, one timer per
 // deadline, one fail() sink. Everything runs on the io_context's single thread; the public methods
 // must be called on that thread too. The session keeps itself alive (shared_from_this) until on_done
-// has run. Only this class reaps its child.
+// has run. Where the child runs is its runtime's business (runtime/child_runtime.hpp): the session
+// gets three pipes, an end notification and kill_tree(), and never forks, waits or reaps itself.
 //
 // Errors: none thrown once start() is called; every failure (launch, protocol, budget, model) ends in
 // the envelope's status and reason.
@@ -31,8 +32,8 @@
 #include "protocol/envelope.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
-#include "sandbox/launch.hpp"
 #include "orchestration/offload.hpp"
+#include "runtime/child_runtime.hpp"
 #include "web/brokered_tools.hpp"
 #include "orchestration/budget_meter.hpp"
 #include "orchestration/budgets.hpp"
@@ -99,6 +100,8 @@ struct SessionConfig {
   std::function<void(const nlohmann::json& event)> on_event;  // transcript / audit events
   std::function<void(const Progress&)> on_progress;
   std::optional<DiskWatch> disk;  // writers: the disk budget
+  // Where the child runs; null: this host's sandbox (local_runtime()).
+  std::shared_ptr<ChildRuntime> runtime;
 };
 
 class ChildSession : public std::enable_shared_from_this<ChildSession> {
@@ -142,8 +145,10 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void handle_frames();  // frames_, in order, until the session is finishing
   void on_read_end(boost::system::error_code ec);
   void do_read_stderr();
-  void wait_exit();
-  void on_exit(int wait_status);
+  // The runtime's answers: the child is queued or starting, it started (or could not), it ended.
+  void on_runtime_state(RuntimeState s);
+  void on_started(std::unique_ptr<RunningChild> child, const std::string& error);
+  void on_end(const ChildEnd& end);
   void handle_frame(protocol::Frame& f);
   void handle(const protocol::Hello& m);
   void handle(const protocol::ModelRequest& m);
@@ -181,15 +186,6 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void start_failed(const std::string& why);
   // Ends a session that never ran a child: status failed with `reason`, finished on the next turn.
   void refuse_start(const std::string& reason);
-  struct StartPipes;  // the child's stdio pipes between start() and launch_prepared()
-  // Off the loop: sandbox::prepare of launch_request_, then launch_prepared() on the loop.
-  void prepare_launch(std::shared_ptr<StartPipes> pipes);
-  // On the loop: clones the child (sandbox::start) and waits, without blocking, for its exec.
-  void launch_prepared(Outcome<sandbox::PlanPtr> plan, std::shared_ptr<StartPipes> pipes);
-  // A sandbox::NamespaceRefusedError: prepares once more (that plan probes), else the launch fails.
-  void launch_refused(const std::string& why, std::shared_ptr<StartPipes> pipes);
-  void await_exec(std::shared_ptr<StartPipes> pipes);
-  void on_exec_status(std::shared_ptr<StartPipes> pipes);
   void finish();
   nlohmann::json tool_specs_for_child() const;
   void emit(nlohmann::json event);
@@ -211,18 +207,11 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   State state_ = State::starting;
   std::chrono::steady_clock::time_point started_;
 
-  // The child's pidfd: readable once it exited; reaped with waitid(P_PIDFD, WNOHANG) so a
-  // spurious wake-up can never block the loop (Boost.Process 1.81's async_wait calls a blocking
-  // waitpid on readiness; seen to hang the supervisor with two children alive).
-  boost::asio::posix::stream_descriptor pidfd_;
-  boost::asio::steady_timer rewait_;
-  pid_t pid_ = -1;
-  sandbox::Child launched_;
-  std::shared_ptr<const sandbox::LaunchRequest> launch_request_;  // kept for a second prepare
-  bool prepared_again_ = false;                                   // after a NamespaceRefusedError
-  sandbox::PlanPtr plan_;                                         // kept while the launch is pending
-  std::optional<sandbox::PendingLaunch> pending_;                 // between sandbox::start and the exec
-  boost::asio::posix::stream_descriptor exec_status_;             // a dup of pending_'s status pipe
+  std::shared_ptr<ChildRuntime> runtime_;
+  std::unique_ptr<PendingStart> starting_;  // between start() and on_started()
+  RuntimeState runtime_state_ = RuntimeState::starting;
+  // The child, once started: destroying it before it ended kills its tree and reaps it.
+  std::unique_ptr<RunningChild> child_;
   boost::asio::posix::stream_descriptor to_child_, from_child_, child_err_;
   std::array<char, 65536> read_buf_{};
   std::array<char, 8192> err_buf_{};
@@ -278,7 +267,6 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
     boost::asio::steady_timer timer;  // the approval timeout
   };
   std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask
-  OffloadGroup jobs_;  // sandbox::prepare off the loop; last, so it goes first
 };
 
 // A fresh child id: 12 lowercase hex characters from the kernel's random source.

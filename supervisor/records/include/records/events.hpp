@@ -15,7 +15,8 @@ namespace supervisor {
 enum class EventKind {
   queued,            // the hub accepted a spawn (hub)
   spawn,             // the session starts: preset, digest, workspace, model
-  started,           // the child runs under its sandbox: pid, layers applied and missing
+  runtime_state,     // the child's runtime queued it (a batch queue): state, runtime
+  started,           // the child runs under its sandbox: runtime, its id (pid), layers applied and missing
   hello,             // the child's hello: agent, protocol version
   model_request,     // a model call the supervisor makes for the child
   model_response,    // its reply, with the usage the provider reported

@@ -1,0 +1,369 @@
+// A session's logic on the in-process runtime (runtime/in_process_runtime.hpp): the protocol, the
+// budgets and every way a child ends, with scripted children on the session's own loop, no fork. The
+// same promises with the real sandboxed child are in session_test.cpp.
+#include "runtime/in_process_runtime.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <csignal>
+#include <filesystem>
+
+#include "orchestration/budgets.hpp"
+#include "orchestration/scope.hpp"
+#include "orchestration/session.hpp"
+#include "test_util.hpp"
+
+using namespace supervisor;
+using nlohmann::json;
+namespace proto = protocol;
+using proto::Status;
+
+namespace {
+
+struct Result {
+  proto::Envelope env;
+  std::vector<json> events;
+  std::vector<std::string> logs;
+  std::vector<Progress> progress;
+  int done_calls = 0;
+
+  std::size_t count(const std::string& event) const {
+    return static_cast<std::size_t>(
+        std::count_if(events.begin(), events.end(), [&](const json& e) { return e["event"] == event; }));
+  }
+  const json* first(const std::string& event) const {
+    for (const auto& e : events)
+      if (e["event"] == event) return &e;
+    return nullptr;
+  }
+};
+
+struct Spec {
+  ChildScript script;
+  InProcessRuntime::Options runtime;
+  BudgetOverrides limits;
+  std::string replay = "{\"content\":\"done\"}\n";
+  std::chrono::milliseconds handshake{10'000};
+  std::chrono::milliseconds exit_grace{2'000};
+  std::optional<std::chrono::milliseconds> cancel_after;
+  std::function<void(ChildSession&)> after_done;  // runs on the loop once the envelope is out
+};
+
+Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullptr) {
+  test::TempDir ws;
+  test::TempDir scripts;
+  const std::string script = scripts.write("script.jsonl", s.replay);
+  boost::asio::io_context io;
+  auto runtime = std::make_shared<InProcessRuntime>(s.script, s.runtime);
+  if (runtime_out) *runtime_out = runtime;
+  SessionConfig cfg;
+  cfg.id = new_child_id();
+  auto preset = std::make_shared<Preset>(load_preset("explore", test::policy_dir()));
+  cfg.budgets = tighten(preset->budgets, s.limits, "the preset explore");
+  cfg.preset = preset;
+  cfg.brief = "test brief";
+  cfg.description = "test";
+  cfg.workspace = std::filesystem::canonical(ws.path());
+  cfg.child_executable = "/nonexistent/in-process";  // never executed: the runtime runs a script
+  cfg.handshake_timeout = s.handshake;
+  cfg.exit_grace = s.exit_grace;
+  cfg.runtime = runtime;
+  Result out;
+  cfg.on_event = [&](const json& e) { out.events.push_back(e); };
+  cfg.on_log = [&](const std::string& l) { out.logs.push_back(l); };
+  cfg.on_progress = [&](const Progress& p) { out.progress.push_back(p); };
+  auto session = ChildSession::create(io, cfg, make_provider("replay:" + script, io));
+  session->start([&](const proto::Envelope& e) {
+    out.env = e;
+    ++out.done_calls;
+    if (s.after_done) boost::asio::post(io, [&] { s.after_done(*session); });
+  });
+  boost::asio::steady_timer cancel_timer(io);
+  if (s.cancel_after) {
+    cancel_timer.expires_after(*s.cancel_after);
+    cancel_timer.async_wait([&](boost::system::error_code ec) {
+      if (!ec) session->cancel("test cancel");
+    });
+  }
+  io.run_for(std::chrono::seconds(30));
+  REQUIRE_MESSAGE(out.done_calls == 1, "the session did not finish exactly once");
+  CHECK(runtime->alive() == 0);  // no child outlives its session
+  session.reset();
+  return out;
+}
+
+// hello; each model turn asked for in turn; `turns` turns, then final. A wrap_up is answered with a
+// final at once unless `ignore_wrap_up`.
+ChildScript turns_then_final(int turns, bool ignore_wrap_up = false) {
+  return [turns, ignore_wrap_up](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    auto asked = std::make_shared<int>(0);
+    auto silent = std::make_shared<bool>(false);  // ignores wrap_up: never says anything again
+    std::weak_ptr<ScriptedChild> weak = c;
+    c->on_message([weak, asked, silent, turns, ignore_wrap_up](const proto::SupervisorMessage& m) {
+      auto child = weak.lock();
+      if (!child || *silent) return;
+      const bool welcome = std::holds_alternative<proto::Welcome>(m);
+      const bool answer = std::holds_alternative<proto::ModelResponse>(m) || std::holds_alternative<proto::ModelError>(m);
+      if (std::holds_alternative<proto::WrapUp>(m)) {
+        if (ignore_wrap_up) {
+          *silent = true;
+          return;
+        }
+        child->send(proto::Final{"wrapped up", "what I had", json::object()});
+        child->exit(0);
+        return;
+      }
+      if (!welcome && !answer) return;
+      if (*asked < turns) {
+        ++*asked;
+        child->send(proto::ModelRequest{"m" + std::to_string(*asked), json::array({{{"role", "user"}, {"content", "go"}}}),
+                                    json::array(), std::nullopt});
+        return;
+      }
+      child->send(proto::Final{"all done", "the answer", json::object()});
+      child->exit(0);
+    });
+  };
+}
+
+ChildScript hello_then(std::function<void(ScriptedChild&)> then) {
+  return [then](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    ScriptedChild* raw = c.get();
+    c->on_message([raw, then](const proto::SupervisorMessage& m) {
+      if (std::holds_alternative<proto::Welcome>(m)) then(*raw);
+    });
+  };
+}
+
+}  // namespace
+
+TEST_CASE("in-process runtime: a scripted child completes, and every sandbox layer is reported missing") {
+  Spec s;
+  s.script = turns_then_final(1);
+  auto r = run(s);
+  CHECK(r.env.status == Status::completed);
+  CHECK(r.env.summary.text == "all done");
+  CHECK(r.env.answer.text == "the answer");
+  CHECK(r.env.steps == 1);
+  CHECK(r.env.exit.code == 0);
+  CHECK(r.env.sandbox_applied.empty());
+  CHECK(r.env.sandbox_missing.size() == 22);
+  const json* started = r.first("started");
+  REQUIRE(started);
+  CHECK((*started)["runtime"] == "in_process");
+  CHECK((*started)["runtime_id"].get<std::string>().rfind("in-process-", 0) == 0);
+  CHECK_FALSE(started->contains("pid"));  // not a process of this host
+  CHECK((*r.first("spawn"))["runtime"] == "in_process");
+}
+
+TEST_CASE("step budget: wrap_up sent when the steps are used, the final turn reports") {
+  Spec s;
+  s.limits.max_steps = 2;
+  s.script = turns_then_final(1000);
+  auto r = run(s);
+  CHECK(r.env.status == Status::budget_exhausted);
+  CHECK(r.env.budget == "steps");
+  CHECK(r.env.summary.text == "wrapped up");
+  CHECK(r.env.steps <= 2 + 1);  // the budget, and the wrap-up turn it reserves
+  CHECK(r.count("budget") == 1);
+}
+
+TEST_CASE("wrap_up ignored: the child is killed after the grace and the envelope says so") {
+  Spec s;
+  s.limits.max_steps = 1;
+  s.limits.wrap_up_grace_ms = 200;
+  s.script = turns_then_final(1000, /*ignore_wrap_up=*/true);
+  auto r = run(s);
+  CHECK(r.env.status == Status::budget_exhausted);
+  CAPTURE(r.env.reason);
+  CHECK(r.env.reason.find("did not wrap up within 200 ms and was killed") != std::string::npos);
+  CHECK(r.env.exit.signal == SIGKILL);
+  CHECK(r.count("kill") == 1);
+}
+
+TEST_CASE("wall-clock budget: wrap_up with timeout, then the final turn") {
+  Spec s;
+  s.limits.timeout_ms = 300;
+  s.script = [](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    ScriptedChild* raw = c.get();
+    c->on_message([raw](const proto::SupervisorMessage& m) {
+      if (std::holds_alternative<proto::WrapUp>(m)) {
+        CHECK(std::get<proto::WrapUp>(m).reason == "timeout");
+        raw->send(proto::Final{"late", "timed out", json::object()});
+        raw->exit(0);
+      }
+    });
+  };
+  auto r = run(s);
+  CHECK(r.env.status == Status::timeout);
+  CHECK(r.env.budget == "time");
+  CHECK(r.env.reason.find("wrapped up with a final answer") != std::string::npos);
+  CHECK(r.env.summary.text == "late");
+}
+
+TEST_CASE("protocol errors end the child with a reason naming the problem") {
+  struct Case {
+    const char* line;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"not json at all\n", "protocol error"}, Case{"{\"type\":\"teleport\"}\n", "teleport"},
+                        Case{"{\"type\":\"log\",\"message\":\"\xC3\x28\"}\n", "UTF-8"}}) {
+    CAPTURE(c.line);
+    Spec s;
+    const std::string line = c.line;
+    s.script = hello_then([line](ScriptedChild& child) { child.send_raw(line); });
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find(c.reason) != std::string::npos);
+    CHECK(r.env.exit.signal == SIGKILL);
+  }
+  SUBCASE("a message before hello") {
+    Spec s;
+    s.script = [](std::shared_ptr<ScriptedChild> c) { c->send(proto::Final{"x", "y", json::object()}); };
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find("expected hello first, got final") != std::string::npos);
+  }
+  SUBCASE("no hello at all") {
+    Spec s;
+    s.handshake = std::chrono::milliseconds(100);
+    s.script = [](std::shared_ptr<ScriptedChild>) {};
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find("no hello within 100 ms") != std::string::npos);
+  }
+  SUBCASE("a second final") {
+    Spec s;
+    s.script = hello_then([](ScriptedChild& child) {
+      child.send(proto::Final{"one", "1", json::object()});
+      child.send(proto::Final{"two", "2", json::object()});
+    });
+    auto r = run(s);
+    // The first final ended the session's reading: the envelope is the first answer's.
+    CHECK(r.env.summary.text == "one");
+  }
+}
+
+TEST_CASE("a child that exits without its final answer fails with its exit status") {
+  Spec s;
+  s.script = hello_then([](ScriptedChild& child) { child.exit(3); });
+  auto r = run(s);
+  CHECK(r.env.status == Status::failed);
+  CHECK(r.env.reason == "the child exited with code 3 before sending a final answer");
+  CHECK(r.env.exit.code == 3);
+}
+
+TEST_CASE("a child that closes its stdout but lives on is ended") {
+  Spec s;
+  s.exit_grace = std::chrono::milliseconds(100);
+  s.script = hello_then([](ScriptedChild& child) { child.close_stdout(); });
+  auto r = run(s);
+  CHECK(r.env.status == Status::protocol_error);
+  CHECK(r.env.reason.find("closed its stdout but kept running") != std::string::npos);
+}
+
+TEST_CASE("cancel kills the child and the envelope says cancelled") {
+  Spec s;
+  s.script = hello_then([](ScriptedChild&) {});
+  s.cancel_after = std::chrono::milliseconds(50);
+  auto r = run(s);
+  CHECK(r.env.status == Status::cancelled);
+  CHECK(r.env.reason == "cancelled: test cancel");
+  CHECK(r.env.exit.signal == SIGKILL);
+}
+
+TEST_CASE("runtime: a start that fails ends the child failed, naming the runtime's error") {
+  Spec s;
+  s.script = turns_then_final(1);
+  s.runtime.fail_start = "no node has the resources";
+  std::shared_ptr<InProcessRuntime> rt;
+  auto r = run(s, &rt);
+  CHECK(r.env.status == Status::failed);
+  CHECK(r.env.reason == "could not start the child: no node has the resources");
+  CHECK(r.count("started") == 0);
+  CHECK_FALSE(r.env.exit.code);
+}
+
+TEST_CASE("runtime: a queued child reports queued, then runs") {
+  Spec s;
+  s.script = turns_then_final(1);
+  s.runtime.queued_for = std::chrono::milliseconds(100);
+  auto r = run(s);
+  CHECK(r.env.status == Status::completed);
+  const json* q = r.first("runtime_state");
+  REQUIRE(q);
+  CHECK((*q)["state"] == "queued");
+  CHECK(std::any_of(r.progress.begin(), r.progress.end(), [](const Progress& p) { return p.state == ChildState::queued; }));
+}
+
+TEST_CASE("runtime: a child cancelled while queued never starts") {
+  Spec s;
+  s.script = turns_then_final(1);
+  s.runtime.queued_for = std::chrono::seconds(20);
+  s.cancel_after = std::chrono::milliseconds(50);
+  std::shared_ptr<InProcessRuntime> rt;
+  auto r = run(s, &rt);
+  CHECK(r.env.status == Status::cancelled);
+  CHECK(rt->started() == 0);
+  CHECK(r.count("started") == 0);
+}
+
+TEST_CASE("runtime: a child its runtime loses fails, saying so") {
+  Spec s;
+  s.script = hello_then([](ScriptedChild&) {});
+  s.runtime.lose_after = std::chrono::milliseconds(50);
+  auto r = run(s);
+  CHECK(r.env.status == Status::failed);
+  CHECK(r.env.reason.find("the child was lost by its runtime (in_process): the node went away") != std::string::npos);
+  CHECK_FALSE(r.env.exit.code);
+  CHECK_FALSE(r.env.exit.signal);
+}
+
+TEST_CASE("nothing after the end changes the envelope") {
+  Spec s;
+  s.script = turns_then_final(1);
+  s.after_done = [](ChildSession& session) {
+    CHECK(session.done());
+    session.cancel("too late");
+  };
+  auto r = run(s);
+  CHECK(r.done_calls == 1);
+  CHECK(r.env.status == Status::completed);
+  CHECK(r.count("cancel") == 0);
+}
+
+TEST_CASE("two hundred children on one loop, no fork: each ends with its own envelope") {
+  boost::asio::io_context io;
+  auto runtime = std::make_shared<InProcessRuntime>(turns_then_final(2));
+  test::TempDir ws, scripts;
+  const std::string script = scripts.write("script.jsonl", "{\"content\":\"ok\",\"repeat\":\"forever\"}\n");
+  auto preset = std::make_shared<Preset>(load_preset("explore", test::policy_dir()));
+  std::vector<std::shared_ptr<ChildSession>> sessions;
+  std::map<std::string, proto::Envelope> done;
+  for (int i = 0; i < 200; ++i) {
+    SessionConfig cfg;
+    cfg.id = new_child_id();
+    cfg.budgets = preset->budgets;
+    cfg.preset = preset;
+    cfg.brief = "b";
+    cfg.workspace = std::filesystem::canonical(ws.path());
+    cfg.child_executable = "/nonexistent/in-process";
+    cfg.runtime = runtime;
+    auto sess = ChildSession::create(io, cfg, make_provider("replay:" + script, io));
+    sess->start([&done, id = cfg.id](const proto::Envelope& e) { done[id] = e; });
+    sessions.push_back(sess);
+  }
+  io.run_for(std::chrono::seconds(60));
+  REQUIRE(done.size() == 200);
+  for (const auto& [id, e] : done) {
+    CHECK(e.id == id);
+    CHECK(e.status == Status::completed);
+    CHECK(e.steps == 2);
+  }
+  CHECK(runtime->started() == 200);
+  CHECK(runtime->alive() == 0);
+}
