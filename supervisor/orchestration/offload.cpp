@@ -2,6 +2,9 @@
 // the loop is destroyed (offload.hpp).
 #include "orchestration/offload.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <boost/asio/execution_context.hpp>
@@ -40,7 +43,10 @@ boost::asio::execution_context::id LoopService::id;
 void post_to_pool(std::function<void()> job) {
   // Never destroyed: worker threads may still finish a job while static destructors run at exit.
   static auto* pool = new boost::asio::thread_pool(4);
-  boost::asio::post(*pool, std::move(job));
+  boost::asio::post(*pool, [job = std::move(job)] {
+    lower_this_threads_priority();
+    job();
+  });
 }
 
 void unlink(OffloadTicket& t) {
@@ -49,6 +55,16 @@ void unlink(OffloadTicket& t) {
 }
 
 }  // namespace
+
+void lower_this_threads_priority() noexcept {
+  // Linux's nice is per thread (setpriority(2), "BUGS": a TID names one thread), and what the thread
+  // forks inherits it: the git steps a worker runs are niced with it.
+  thread_local bool lowered = false;
+  if (lowered) return;
+  lowered = true;
+  const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  if (now < kBackgroundNice) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kBackgroundNice);
+}
 
 void submit(boost::asio::io_context& io, const std::shared_ptr<OffloadTicket>& t, std::function<void()> job) {
   t->loop = boost::asio::use_service<LoopService>(io).set();

@@ -20,6 +20,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <sys/resource.h>
 #include <set>
 #include <vector>
 
@@ -288,6 +289,8 @@ struct TranscriptStore::Shared {
     wcv.notify_one();
   }
   void run_writer() {
+    // Behind the event loop for the CPU, as the offload workers are (orchestration/offload.hpp).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
     for (;;) {
       std::function<void()> job;
       {
@@ -531,7 +534,7 @@ void Transcript::record(const json& event) noexcept {
     if (events_ < store_->options.max_events) {
       // Serialised once, as it will stand in the file: a checkpoint copies the text instead of
       // serialising every event again (which made a long session's checkpoints quadratic).
-      append_event_text(events_text_, e, events_ == 0);
+      append_event(e);
       ++events_;
     } else {
       ++dropped_;
@@ -595,16 +598,18 @@ void Transcript::wait_written() noexcept {
 
 bool Transcript::write_version(bool behind) noexcept {
   try {
-    if (!store_->options.background) return write_now(serialise());
-    auto data = std::make_shared<std::string>(serialise());
+    if (!store_->options.background) return write_now(assemble(snapshot()));
+    // The caller's thread (the event loop) takes a snapshot: the document's head and pointers to the
+    // events' closed blocks, never a copy of the whole text; the writer thread puts the file together.
+    auto version = std::make_shared<Version>(snapshot());
     last_write_ = std::chrono::steady_clock::now();
     {
       std::lock_guard lock(disk_mu_);
       ++pending_;
     }
     // ~Transcript waits for pending_ to reach 0, so `this` outlives the job.
-    store_->post_write([this, data] {
-      write_now(*data);
+    store_->post_write([this, version] {
+      write_now(assemble(*version));
       std::lock_guard lock(disk_mu_);
       --pending_;
       disk_idle_.notify_all();
@@ -620,17 +625,46 @@ bool Transcript::write_version(bool behind) noexcept {
   return false;
 }
 
-std::string Transcript::serialise() {
+void Transcript::append_event(const json& e) {
+  append_event_text(open_block_, e, events_ == 0);
+  if (open_block_.size() >= kBlockBytes) {
+    closed_blocks_.push_back(std::make_shared<const std::string>(std::move(open_block_)));
+    open_block_ = std::string();
+    open_block_.reserve(kBlockBytes + 4096);
+  }
+}
+
+Transcript::Version Transcript::snapshot() {
   doc_["updated_at"] = rfc3339_utc();
   doc_["events_dropped"] = dropped_;
-  // doc_ keeps "events" empty; the recorded events' text goes in its place. The result is byte for
-  // byte what dumping the whole document would give.
-  std::string data = doc_.dump(1, ' ', false, json::error_handler_t::replace);
-  if (events_ > 0) {
+  Version v;
+  // doc_ keeps "events" empty; the recorded events' text goes in its place (assemble). The file is
+  // byte for byte what dumping the whole document would give.
+  v.head = doc_.dump(1, ' ', false, json::error_handler_t::replace);
+  v.has_events = events_ > 0;
+  v.blocks = closed_blocks_;
+  v.open = open_block_;
+  return v;
+}
+
+std::string Transcript::assemble(const Version& v) {
+  std::string data;
+  if (!v.has_events) {
+    data = v.head;
+  } else {
     static constexpr std::string_view kEvents = "\n \"events\": []";
-    const auto at = data.find(kEvents);
+    const auto at = v.head.find(kEvents);
     if (at == std::string::npos) throw std::logic_error("the transcript document has no top-level events");
-    data.replace(at + kEvents.size() - 2, 2, "[" + events_text_ + "\n ]");
+    const std::size_t cut = at + kEvents.size() - 2;  // at the "[]"
+    std::size_t size = v.head.size() + v.open.size() + 8;
+    for (const auto& b : v.blocks) size += b->size();
+    data.reserve(size);
+    data.append(v.head, 0, cut);
+    data += '[';
+    for (const auto& b : v.blocks) data += *b;
+    data += v.open;
+    data += "\n ]";
+    data.append(v.head, cut + 2, std::string::npos);
   }
   data += '\n';
   return data;

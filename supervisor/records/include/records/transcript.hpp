@@ -154,7 +154,18 @@ class Transcript {
   bool write() noexcept;  // the current version, on disk when it returns
   // The current version; a background store queues it and, when `behind`, returns at once.
   bool write_version(bool behind) noexcept;
-  std::string serialise();
+  // One version of the file: the document without its events (head), and the events' text as
+  // immutable blocks plus a copy of the block still being filled.
+  struct Version {
+    std::string head;
+    bool has_events = false;
+    std::vector<std::shared_ptr<const std::string>> blocks;
+    std::string open;
+  };
+  static constexpr std::size_t kBlockBytes = 64 * 1024;
+  void append_event(const nlohmann::json& e);
+  Version snapshot();                           // on the caller's thread: cheap, whatever the length
+  static std::string assemble(const Version& v);  // on the writer's: the file's bytes
   bool write_now(const std::string& data) noexcept;
   void set_error(std::string e) noexcept;
 
@@ -162,7 +173,10 @@ class Transcript {
   std::string id_;
   std::filesystem::path path_;
   nlohmann::json doc_;       // everything but the events, whose "events" stays empty
-  std::string events_text_;  // the recorded events as they stand in the file (append_event_text)
+  // The recorded events as they stand in the file (append_event_text): closed blocks of about
+  // kBlockBytes, shared with queued versions, then the open one.
+  std::vector<std::shared_ptr<const std::string>> closed_blocks_;
+  std::string open_block_;
   std::size_t events_ = 0;
   std::size_t dropped_ = 0;
   // Shared with the writer thread of a background store, under disk_mu_: error_, writes_, pending_.
