@@ -105,7 +105,8 @@ ChildScript turns_then_final(int turns, bool ignore_wrap_up = false) {
       auto child = weak.lock();
       if (!child || *silent) return;
       const bool welcome = std::holds_alternative<proto::Welcome>(m);
-      const bool answer = std::holds_alternative<proto::ModelResponse>(m) || std::holds_alternative<proto::ModelError>(m);
+      const bool answer =
+          std::holds_alternative<proto::ModelResponse>(m) || std::holds_alternative<proto::ModelError>(m);
       if (std::holds_alternative<proto::WrapUp>(m)) {
         if (ignore_wrap_up) {
           *silent = true;
@@ -118,8 +119,9 @@ ChildScript turns_then_final(int turns, bool ignore_wrap_up = false) {
       if (!welcome && !answer) return;
       if (*asked < turns) {
         ++*asked;
-        child->send(proto::ModelRequest{"m" + std::to_string(*asked), json::array({{{"role", "user"}, {"content", "go"}}}),
-                                    json::array(), std::nullopt});
+        child->send(proto::ModelRequest{"m" + std::to_string(*asked),
+                                        json::array({{{"role", "user"}, {"content", "go"}}}), json::array(),
+                                        std::nullopt});
         return;
       }
       child->send(proto::Final{"all done", "the answer", json::object()});
@@ -297,7 +299,8 @@ TEST_CASE("runtime: a queued child reports queued, then runs") {
   const json* q = r.first("runtime_state");
   REQUIRE(q);
   CHECK((*q)["state"] == "queued");
-  CHECK(std::any_of(r.progress.begin(), r.progress.end(), [](const Progress& p) { return p.state == ChildState::queued; }));
+  CHECK(std::any_of(r.progress.begin(), r.progress.end(),
+                    [](const Progress& p) { return p.state == ChildState::queued; }));
 }
 
 TEST_CASE("runtime: a child cancelled while queued never starts") {

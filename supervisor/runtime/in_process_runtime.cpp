@@ -113,7 +113,9 @@ class Scripted final : public ScriptedChild, public std::enable_shared_from_this
       self->reader_.feed(std::string_view(self->buf_.data(), n), frames);
       for (auto& f : frames) {
         if (self->ended_) return;
-        auto d = f.error == proto::FrameError::none ? proto::decode_supervisor_message(f.line) : proto::Decoded<proto::SupervisorMessage>{std::nullopt, "a broken line"};
+        auto d = f.error == proto::FrameError::none
+                     ? proto::decode_supervisor_message(f.line)
+                     : proto::Decoded<proto::SupervisorMessage>{std::nullopt, "a broken line"};
         if (!d.message) {
           self->exit(12);  // as the fake child does with a line it cannot read
           return;

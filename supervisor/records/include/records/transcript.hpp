@@ -164,7 +164,7 @@ class Transcript {
   };
   static constexpr std::size_t kBlockBytes = 64 * 1024;
   void append_event(const nlohmann::json& e);
-  Version snapshot();                           // on the caller's thread: cheap, whatever the length
+  Version snapshot();                             // on the caller's thread: cheap, whatever the length
   static std::string assemble(const Version& v);  // on the writer's: the file's bytes
   bool write_now(const std::string& data) noexcept;
   void set_error(std::string e) noexcept;
@@ -172,7 +172,7 @@ class Transcript {
   std::shared_ptr<TranscriptStore::Shared> store_;
   std::string id_;
   std::filesystem::path path_;
-  nlohmann::json doc_;       // everything but the events, whose "events" stays empty
+  nlohmann::json doc_;  // everything but the events, whose "events" stays empty
   // The recorded events as they stand in the file (append_event_text): closed blocks of about
   // kBlockBytes, shared with queued versions, then the open one.
   std::vector<std::shared_ptr<const std::string>> closed_blocks_;

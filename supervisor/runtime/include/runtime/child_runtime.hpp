@@ -37,14 +37,14 @@ namespace supervisor {
 
 // What to start: the program, its arguments and the preset whose sandbox it runs under.
 struct LaunchSpec {
-  std::string child_id;                    // the supervisor's id (SUBAGENT_CHILD_ID in its environment)
-  std::shared_ptr<const Preset> preset;    // its sandbox policy
-  std::filesystem::path executable;        // absolute; the one program the child may exec (${child})
-  std::vector<std::string> args;           // after argv[0]
-  std::filesystem::path workspace;         // canonical; the child's cwd
-  bool allow_unsafe_workspace = false;     // "/", $HOME, /etc... (sandbox/workspace_guard.hpp)
-  std::vector<std::string> extra_env;      // "NAME=value", never secrets
-  std::vector<std::string> handed_fds;     // names of descriptors the launch must hand back (none yet)
+  std::string child_id;                  // the supervisor's id (SUBAGENT_CHILD_ID in its environment)
+  std::shared_ptr<const Preset> preset;  // its sandbox policy
+  std::filesystem::path executable;      // absolute; the one program the child may exec (${child})
+  std::vector<std::string> args;         // after argv[0]
+  std::filesystem::path workspace;       // canonical; the child's cwd
+  bool allow_unsafe_workspace = false;   // "/", $HOME, /etc... (sandbox/workspace_guard.hpp)
+  std::vector<std::string> extra_env;    // "NAME=value", never secrets
+  std::vector<std::string> handed_fds;   // names of descriptors the launch must hand back (none yet)
 };
 
 // Where a child is, as its runtime sees it. queued: accepted, waiting for room (a batch queue);
@@ -77,8 +77,8 @@ struct HandedFd {
 
 // A filesystem the runtime made for the child (a size-capped tmpfs, a writer's layer).
 struct RuntimeMount {
-  std::string what;                 // "home", "worktree", ...
-  std::filesystem::path path;       // as the supervisor sees it, when it can
+  std::string what;                    // "home", "worktree", ...
+  std::filesystem::path path;          // as the supervisor sees it, when it can
   std::optional<std::uint64_t> bytes;  // its cap, when it has one
 };
 
@@ -155,8 +155,7 @@ class ChildRuntime {
   virtual std::string_view name() const noexcept = 0;
   virtual RuntimeAbilities abilities() const = 0;
   // Starts `spec` on `io`'s thread; handlers run there, never inside start() itself.
-  virtual std::unique_ptr<PendingStart> start(boost::asio::io_context& io, LaunchSpec spec,
-                                              StartHandlers handlers) = 0;
+  virtual std::unique_ptr<PendingStart> start(boost::asio::io_context& io, LaunchSpec spec, StartHandlers handlers) = 0;
 };
 
 }  // namespace supervisor
