@@ -163,8 +163,9 @@ std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope
 
 Hub::Hub(boost::asio::io_context& io, HubConfig cfg)
     : io_(io), cfg_(std::move(cfg)), presets_(cfg_.policy_dir), lock_poll_(io) {
-  cfg_.max_concurrent = std::clamp<std::size_t>(cfg_.max_concurrent, 1, kMaxConcurrentCeiling);
-  cfg_.max_per_turn = std::clamp<std::size_t>(cfg_.max_per_turn, 1, kMaxPerTurnCeiling);
+  cfg_.max_concurrent =
+      std::clamp<std::size_t>(cfg_.max_concurrent, 1, std::max<std::size_t>(1, cfg_.concurrent_ceiling));
+  cfg_.max_per_turn = std::clamp<std::size_t>(cfg_.max_per_turn, 1, std::max<std::size_t>(1, cfg_.per_turn_ceiling));
   if (!cfg_.make_provider) {
     cfg_.make_provider = [&io](const std::string& spec) { return supervisor::make_provider(spec, io); };
   }

@@ -189,7 +189,7 @@ void ChildSession::on_started(std::unique_ptr<RunningChild> child, const std::st
   child_->on_end([self = shared_from_this()](const ChildEnd& end) { self->on_end(end); });
   do_read();
   do_read_stderr();
-  if (status_ == proto::Status::cancelled) {  // cancel() came while it was launched: end it as cancel() does
+  if (ending_.is(proto::Status::cancelled)) {  // cancel() came while it was launched: end it as cancel() does
     kill_tree("cancelled");
     return;
   }
@@ -231,11 +231,10 @@ void ChildSession::check_disk() {
 
 void ChildSession::cancel(const std::string& reason) {
   if (state_ == State::done || state_ == State::finishing) return;
-  if (!status_ || *status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
-    status_ = proto::Status::cancelled;
-    budget_.reset();
-    reason_ = "cancelled: " + reason;
-  }
+  EndingInput in;
+  in.event = EndingEvent::cancel;
+  in.reason = reason;
+  ending_.on(in);
   emit(make_event(EventKind::cancel, {{"reason", reason}}));
   provider_->cancel();
   if (state_ == State::starting) {
@@ -263,17 +262,10 @@ void ChildSession::handle(const proto::Final& m) {
     return;
   }
   final_ = m;
-  if (!status_ && !model_failed_.empty()) {
-    // The model server failed (down, resetting, stalled) and the child gave up: its report is what
-    // it had, not a completed task.
-    status_ = proto::Status::failed;
-    reason_ = "the model call failed (" + model_failed_ + "); the child reported what it had";
-  } else if (!status_) {
-    status_ = proto::Status::completed;
-    reason_ = "the child sent its final answer";
-  } else if (*status_ == proto::Status::budget_exhausted || *status_ == proto::Status::timeout) {
-    reason_ += "; the child wrapped up with a final answer";
-  }
+  EndingInput in;
+  in.event = EndingEvent::final_answer;
+  in.model_failed = model_failed_;
+  ending_.on(in);
   grace_.cancel();
   emit(make_event(EventKind::final, {{"summary_bytes", m.summary.size()}, {"answer_bytes", m.answer.size()}}));
   state_ = State::finishing;
@@ -291,18 +283,24 @@ void ChildSession::begin_wrap_up(proto::Status status, Budget budget, const std:
     fail(status, why + " before the child said hello");
     return;
   }
+  EndingInput in;
+  in.event = EndingEvent::budget;
+  in.status = status;
+  in.budget = budget;
+  in.reason = why;
+  // Already decided (a cancel whose kill has not landed yet): that ending stands, no wrap-up.
+  if (ending_.on(in) != Ending::Effect::decided) return;
   state_ = State::wrapping_up;
-  status_ = status;
-  budget_ = budget;
-  reason_ = why;
   emit(make_event(EventKind::budget,
                   {{"budget", to_string(budget)}, {"status", proto::to_string(status)}, {"reason", why}}));
   send(proto::WrapUp{status == proto::Status::timeout ? "timeout" : "budget_exhausted", to_string(budget)});
   grace_.expires_after(std::chrono::milliseconds(cfg_.budgets.wrap_up_grace_ms));
   grace_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || self->final_ || self->exited_) return;
-    self->reason_ += "; the child did not wrap up within " + std::to_string(self->cfg_.budgets.wrap_up_grace_ms) +
-                     " ms and was killed";
+    EndingInput expired;
+    expired.event = EndingEvent::grace_expired;
+    expired.grace_ms = self->cfg_.budgets.wrap_up_grace_ms;
+    self->ending_.on(expired);
     self->kill_tree("wrap-up grace expired");
   });
   report_progress();
@@ -310,16 +308,16 @@ void ChildSession::begin_wrap_up(proto::Status status, Budget budget, const std:
 
 void ChildSession::fail(proto::Status status, const std::string& reason) {
   if (state_ == State::done) return;
-  if (status == proto::Status::protocol_error && killed_ && status_ && *status_ != proto::Status::protocol_error) {
+  EndingInput in;
+  in.event = EndingEvent::failure;
+  in.status = status;
+  in.reason = reason;
+  in.supervisor_killed = killed_;
+  if (ending_.on(in) == Ending::Effect::after_kill) {
     // The supervisor already ended this child for its own reason (timeout, budget, cancel); a line
     // its SIGKILL cut short, or a pipe it closed, is the kill's doing and not the child's fault.
     emit(make_event(EventKind::after_kill, {{"reason", reason}}));
     return;
-  }
-  if (!status_ || *status_ != proto::Status::cancelled) {
-    status_ = status;
-    budget_.reset();
-    reason_ = reason;
   }
   emit(make_event(EventKind::failure, {{"status", proto::to_string(status)}, {"reason", reason}}));
   provider_->cancel();
@@ -363,18 +361,15 @@ void ChildSession::finish() {
   e.id = cfg_.id;
   e.preset = cfg_.preset->name;
   e.description = cfg_.description;
-  if (!status_) {
-    status_ = proto::Status::failed;
-    if (exit_.signal)
-      reason_ = std::string("the child was killed by signal SIG") +
-                (sigabbrev_np(*exit_.signal) ? sigabbrev_np(*exit_.signal) : "?") + " before sending a final answer";
-    else
-      reason_ =
-          "the child exited with code " + std::to_string(exit_.code.value_or(-1)) + " before sending a final answer";
-  }
-  e.status = *status_;
-  e.budget = budget_ ? to_string(*budget_) : "";
-  e.reason = reason_;
+  EndingInput exited;
+  exited.event = EndingEvent::exited;
+  exited.code = exit_.code;
+  exited.signal = exit_.signal;
+  ending_.on(exited);  // decides only when nothing else did
+  ending_.seal();      // from here on, no event changes the envelope
+  e.status = *ending_.status();
+  e.budget = ending_.budget() ? to_string(*ending_.budget()) : "";
+  e.reason = ending_.reason();
   if (final_) {
     e.summary = proto::cap_utf8(final_->summary, cfg_.budgets.summary_bytes);
     e.answer = proto::cap_utf8(final_->answer, cfg_.budgets.answer_bytes);

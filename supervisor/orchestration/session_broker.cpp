@@ -131,7 +131,7 @@ void ChildSession::handle(const proto::ModelRequest& m) {
     send(proto::ModelError{m.id, "budget_exhausted",
                            wrap_turn_used_
                                ? "the wrap-up turn was already used; send your final answer"
-                               : reason_ + "; no budget is left for a wrap-up turn (it could need " +
+                               : ending_.reason() + "; no budget is left for a wrap-up turn (it could need " +
                                      std::to_string(est_input) + " input + " + std::to_string(kMinOutputTokens) +
                                      " output tokens); send your final answer with what you have"});
     return;
@@ -272,7 +272,7 @@ void ChildSession::handle(proto::ToolRequest& m) {
   if (state_ == State::wrapping_up) {
     emit(make_event(EventKind::tool_decision,
                     {{"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}}));
-    const std::string told = "the supervisor asked you to wrap up (" + reason_ + "); no more tools";
+    const std::string told = "the supervisor asked you to wrap up (" + ending_.reason() + "); no more tools";
     deny_tool(m, "wrap-up", told, told);
     return;
   }

@@ -61,6 +61,10 @@ struct HubConfig {
   std::vector<std::string> child_args;
   std::size_t max_concurrent = 8;
   std::size_t max_per_turn = 24;
+  // The ceilings max_concurrent and max_per_turn are clamped to. No front end or flag sets these:
+  // they exist for benchmarks of many children on the in-process runtime.
+  std::size_t concurrent_ceiling = kMaxConcurrentCeiling;
+  std::size_t per_turn_ceiling = kMaxPerTurnCeiling;
   std::string default_model;
   std::string parent = "parent";  // who asked, for logs and audit
   Scope scope;

@@ -37,6 +37,7 @@
 #include "web/brokered_tools.hpp"
 #include "orchestration/budget_meter.hpp"
 #include "orchestration/budgets.hpp"
+#include "orchestration/ending.hpp"
 #include "records/events.hpp"
 #include "models/model.hpp"
 #include "policy/preset.hpp"
@@ -231,9 +232,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   boost::asio::steady_timer disk_timer_;           // cfg_.disk: the once-a-second check
 
   // What happened, for the envelope.
-  std::optional<protocol::Status> status_;  // terminal status once decided
-  std::optional<Budget> budget_;            // which budget ended it, when one did
-  std::string reason_;
+  Ending ending_;  // status, budget and reason: every way the child ends goes through it
   std::optional<protocol::Final> final_;
   bool exited_ = false;
   bool stdout_eof_ = false;
