@@ -7,7 +7,7 @@
 //   subagent_bench [--results DIR] [--only NAME[,NAME...]] [--quick]
 //
 // Benchmarks (names for --only): spawn, broker, concurrent, memory,
-// enforcement, tools, spawnload. The subjects use the project's real code:
+// enforcement, tools, spawnload, many. The subjects use the project's real code:
 // supervisor::ChildSession (prepare + launch + protocol), the real
 // subagent-child, and child::run_tool inside sandbox::launch.
 #include <malloc.h>
@@ -24,6 +24,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include <boost/asio/io_context.hpp>
@@ -41,6 +42,7 @@
 #include "orchestration/session.hpp"
 #include "orchestration/hub.hpp"
 #include "records/transcript.hpp"
+#include "runtime/in_process_runtime.hpp"
 
 namespace fs = std::filesystem;
 namespace proto = protocol;
@@ -1616,6 +1618,190 @@ std::string which(const std::string &name) {
 
 }  // namespace
 
+// ---- 9. many children on the in-process runtime
+// ----------------------------------------------------------
+
+// N children at once through one Hub, each a script on the in-process runtime (no fork: what is
+// measured is the supervisor's own cost per child). Each child says hello, then asks for a `grep`
+// tool call every `period` (a random phase first), `trips` times, timing each request to its
+// decision; once every child has made its trips the supervisor's heap and RSS are read with all of
+// them alive, and then they all send their final.
+struct ManyResult {
+  std::vector<double> rtt_us;
+  double heap_kib_per_child = 0, rss_kib_per_child = 0, seconds = 0;
+  int completed = 0;
+};
+
+ManyResult many_children(int n, int trips, std::chrono::milliseconds period) {
+  asio::io_context io;
+  char tmpl[] = "/tmp/subagent-bench-many-XXXXXX";
+  if (!::mkdtemp(tmpl)) fail_errno("mkdtemp");
+  const fs::path root = fs::canonical(tmpl);
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_root{root};
+  fs::create_directories(root / "ws");
+  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: the scripts never ask for a turn\"}\n";
+
+  struct Shared {
+    ManyResult r;
+    int at_barrier = 0;
+    std::vector<std::shared_ptr<supervisor::ScriptedChild>> waiting;
+    std::function<void()> on_barrier;
+    std::vector<std::function<void()>> starters;  // children welcomed, waiting for the rest
+    int n = 0;
+    std::mt19937 rng{42};
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->n = n;
+  sh->r.rtt_us.reserve(static_cast<std::size_t>(n) * static_cast<std::size_t>(trips));
+  auto script = [sh, trips, period, &io](std::shared_ptr<supervisor::ScriptedChild> c) {
+    struct State {
+      explicit State(asio::io_context &ctx) : timer(ctx) {}
+      asio::steady_timer timer;
+      int done = 0;
+      Clock::time_point sent;
+    };
+    auto st = std::make_shared<State>(io);
+    std::weak_ptr<supervisor::ScriptedChild> weak = c;
+    auto ask = [weak, st] {
+      auto child = weak.lock();
+      if (!child || child->ended()) return;
+      st->sent = Clock::now();
+      child->send(proto::ToolRequest{"t" + std::to_string(st->done), "grep", json{{"pattern", "TODO"}}});
+    };
+    c->send(proto::Hello{{1}, "bench-script/1"});
+    c->on_message([weak, st, sh, trips, period, ask](const proto::SupervisorMessage &m) {
+      auto child = weak.lock();
+      if (!child) return;
+      if (std::holds_alternative<proto::Welcome>(m)) {
+        // Round trips begin once every child runs (the steady state of N alive, not the spawning).
+        auto begin = [st, sh, period, ask] {
+          st->timer.expires_after(std::chrono::microseconds(
+              std::uniform_int_distribution<long>(0, std::chrono::microseconds(period).count())(sh->rng)));
+          st->timer.async_wait([ask](boost::system::error_code ec) {
+            if (!ec) ask();
+          });
+        };
+        sh->starters.push_back(begin);
+        if (static_cast<int>(sh->starters.size()) == sh->n) {
+          for (auto &f : sh->starters) f();
+          sh->starters.clear();
+        }
+      } else if (const auto *d = std::get_if<proto::ToolDecision>(&m)) {
+        sh->r.rtt_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - st->sent).count());
+        child->send(proto::ToolDone{d->id, true, 10, {}});
+        if (++st->done < trips) {
+          st->timer.expires_after(period);
+          st->timer.async_wait([ask](boost::system::error_code ec) {
+            if (!ec) ask();
+          });
+          return;
+        }
+        sh->waiting.push_back(child);
+        if (++sh->at_barrier == static_cast<int>(sh->waiting.size()) && sh->on_barrier) sh->on_barrier();
+      }
+    });
+  };
+
+  supervisor::HubConfig cfg;
+  cfg.policy_dir = fs::path(SUBAGENT_SOURCE_DIR) / "policies";
+  cfg.child_executable = "/nonexistent/in-process";  // the runtime runs scripts
+  cfg.max_concurrent = cfg.concurrent_ceiling = static_cast<std::size_t>(n);
+  cfg.max_per_turn = cfg.per_turn_ceiling = static_cast<std::size_t>(n);
+  cfg.default_model = "replay:" + (root / "model.jsonl").string();
+  cfg.parent = "bench";
+  cfg.workspaces = {root / "locks", root / "state"};
+  cfg.runtime = std::make_shared<supervisor::InProcessRuntime>(script);
+  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  ::malloc_trim(0);
+  const Memory before = memory_of(0);
+  const std::size_t heap_before = ::mallinfo2().uordblks;
+  supervisor::Hub hub(io, cfg);
+  sh->on_barrier = [&] {
+    if (sh->at_barrier < n) return;
+    const Memory after = memory_of(0);
+    sh->r.heap_kib_per_child =
+        (static_cast<double>(::mallinfo2().uordblks) - static_cast<double>(heap_before)) / 1024.0 / n;
+    sh->r.rss_kib_per_child = (after.rss_kib - before.rss_kib) / n;
+    for (auto &c : sh->waiting) {
+      c->send(proto::Final{"done", "done", json::object()});
+      c->exit(0);
+    }
+    sh->waiting.clear();
+  };
+  const auto t0 = Clock::now();
+  int finished = 0;
+  for (int i = 0; i < n; ++i) {
+    supervisor::SpawnRequest req;
+    req.preset = "explore";
+    req.brief = "bench";
+    req.description = "many";
+    req.workspace = root / "ws";
+    req.limits.max_tool_calls = static_cast<std::uint64_t>(trips);
+    hub.spawn(req, [&](const proto::Envelope &e) {
+      ++finished;
+      if (e.status == proto::Status::completed) ++sh->r.completed;
+    });
+  }
+  run_until(io, [&] { return finished == n; });
+  sh->r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return std::move(sh->r);
+}
+
+void bench_many(const Options &o, const Env &, asio::io_context &) {
+  std::printf("[many] children at once through one Hub on the in-process runtime (no fork)\n");
+  // One tool call a second per child: a model turn takes seconds, so a real agent asks less often.
+  // At 1000 children that is 1000 round trips a second on the loop; the loop's capacity is what
+  // the `concurrent` benchmark measures.
+  const int many = 1000, few = 8, trips = o.quick ? 4 : 8;
+  const auto period = std::chrono::milliseconds(1000);
+  many_children(few, 1, std::chrono::milliseconds(10));  // warm-up: one-time state is not charged to either run
+  // The baseline's few children give few samples: more rounds of it, their round trips pooled.
+  ManyResult a = many_children(few, trips, period);
+  for (int r = 1; r < (o.quick ? 2 : 4); ++r) {
+    ManyResult more = many_children(few, trips, period);
+    a.rtt_us.insert(a.rtt_us.end(), more.rtt_us.begin(), more.rtt_us.end());
+    if (more.completed != few) a.completed = more.completed;
+  }
+  ManyResult b = many_children(many, trips, period);
+  if (a.completed != few || b.completed != many)
+    throw std::runtime_error("many: " + std::to_string(a.completed) + "/" + std::to_string(few) + " and " +
+                             std::to_string(b.completed) + "/" + std::to_string(many) + " children completed");
+  const Stats sa = stats(a.rtt_us), sb = stats(b.rtt_us);
+  std::printf("  %d children: round trip p50 %.1f us p99 %.1f us (n %zu); %.1f KiB heap, %.1f KiB RSS per child\n", few,
+              sa.p50, sa.p99, a.rtt_us.size(), a.heap_kib_per_child, a.rss_kib_per_child);
+  std::printf(
+      "  %d children: round trip p50 %.1f us p99 %.1f us (n %zu); %.1f KiB heap, %.1f KiB RSS per child; %.1f s\n",
+      many, sb.p50, sb.p99, b.rtt_us.size(), b.heap_kib_per_child, b.rss_kib_per_child, b.seconds);
+  const double per_child = std::max(b.heap_kib_per_child, b.rss_kib_per_child);
+  json j = {{"children", many},
+            {"baseline_children", few},
+            {"trips_per_child", trips},
+            {"period_ms", period.count()},
+            {"many",
+             {{"rtt_us", to_json(sb)},
+              {"heap_kib_per_child", b.heap_kib_per_child},
+              {"rss_kib_per_child", b.rss_kib_per_child},
+              {"seconds", b.seconds}}},
+            {"few",
+             {{"rtt_us", to_json(sa)},
+              {"heap_kib_per_child", a.heap_kib_per_child},
+              {"rss_kib_per_child", a.rss_kib_per_child}}},
+            {"ratios", {{"rtt_p99_many_vs_few", sb.p99 / sa.p99}}},
+            {"targets", {{"rtt_p99_ratio_max", 3}, {"kib_per_child_max", 256}}}};
+  write_json(o, "many", j);
+  add_row({"9 many children", "round trip p99, 1000 children vs 8, 1 call/s each (in-process runtime)",
+           fmt("%.1f us", sb.p99), fmt("%.1f us", sa.p99), fmt("%.2fx", sb.p99 / sa.p99), "<= 3x",
+           sb.p99 / sa.p99 <= 3 ? "yes" : "NO"});
+  add_row({"9 many children", "supervisor memory per child, 1000 alive (max of heap, RSS)", fmt("%.0f KiB", per_child),
+           "256 KiB", fmt("%.2fx", per_child / 256), "<= 1x", per_child <= 256 ? "yes" : "NO"});
+}
+
 int main(int argc, char **argv) {
   Options o;
   o.results = fs::path(SUBAGENT_SOURCE_DIR) / "bench" / "results";
@@ -1687,6 +1873,7 @@ int main(int argc, char **argv) {
     if (load_before("enforcement")) bench_enforcement(o, env, io);
     if (load_before("tools")) bench_tools(o, env);
     if (load_before("spawnload")) bench_spawnload(o, env, io);
+    if (load_before("many")) bench_many(o, env, io);
 
     std::printf(
         "\n| benchmark | measure | subject | baseline | ratio | target "
