@@ -70,9 +70,9 @@ Ending::Effect Ending::on(const EndingInput& in) {
                       std::string("the child was killed by signal SIG") +
                           (sigabbrev_np(*in.signal) ? sigabbrev_np(*in.signal) : "?") +
                           " before sending a final answer");
-      return decide(proto::Status::failed, std::nullopt,
-                    "the child exited with code " + std::to_string(in.code.value_or(-1)) +
-                        " before sending a final answer");
+      return decide(
+          proto::Status::failed, std::nullopt,
+          "the child exited with code " + std::to_string(in.code.value_or(-1)) + " before sending a final answer");
   }
   return Effect::ignored;
 }

@@ -99,6 +99,11 @@ void ChildSession::handle(const proto::ModelRequest& m) {
     fail(proto::Status::protocol_error, "protocol error: model_request after final");
     return;
   }
+  if (ending_.is(proto::Status::cancelled)) {
+    // Cancelled, its kill not landed yet: a request already in the pipe starts no new (billed) turn.
+    send(proto::ModelError{m.id, "wrap_up", ending_.reason() + "; no more model turns"});
+    return;
+  }
   // Only tools the policy offers reach the model, whatever the child put in the request.
   json tools = json::array();
   {
@@ -269,7 +274,8 @@ void ChildSession::handle(proto::ToolRequest& m) {
   if (state_ == State::running)
     if (auto used_up = meter_.before_tool_call())
       begin_wrap_up(proto::Status::budget_exhausted, used_up->budget, used_up->why);
-  if (state_ == State::wrapping_up) {
+  if (state_ == State::wrapping_up || ending_.is(proto::Status::cancelled)) {
+    // Wrapping up, or cancelled with its kill not landed yet: nothing more runs for it.
     emit(make_event(EventKind::tool_decision,
                     {{"id", m.id}, {"tool", m.tool}, {"decision", "deny"}, {"reason", "wrap-up"}}));
     const std::string told = "the supervisor asked you to wrap up (" + ending_.reason() + "); no more tools";

@@ -609,7 +609,13 @@ bool Transcript::write_version(bool behind) noexcept {
     }
     // ~Transcript waits for pending_ to reach 0, so `this` outlives the job.
     store_->post_write([this, version] {
-      write_now(assemble(*version));
+      try {
+        write_now(assemble(*version));
+      } catch (const std::exception& ex) {  // bad_alloc: the version is not written, the error kept
+        set_error("cannot write transcript " + path_.string() + ": " + ex.what());
+      } catch (...) {
+        set_error("cannot write transcript " + path_.string() + ": unknown error");
+      }
       std::lock_guard lock(disk_mu_);
       --pending_;
       disk_idle_.notify_all();

@@ -42,13 +42,23 @@ class Scripted final : public ScriptedChild, public std::enable_shared_from_this
 
   // The pipes: returns the supervisor's ends (stdin's write end, stdout's and stderr's read ends).
   std::array<int, 3> open() {
-    auto [in_r, in_w] = make_pipe();
-    in_.assign(in_r);
-    auto [out_r, out_w] = make_pipe();
-    out_.assign(out_w);
-    auto [err_r, err_w] = make_pipe();
-    err_.assign(err_w);
-    return {in_w, out_r, err_r};
+    std::array<int, 3> ours{-1, -1, -1};  // the supervisor's ends, closed again if a later pipe2 fails
+    try {
+      auto [in_r, in_w] = make_pipe();
+      in_.assign(in_r);
+      ours[0] = in_w;
+      auto [out_r, out_w] = make_pipe();
+      out_.assign(out_w);
+      ours[1] = out_r;
+      auto [err_r, err_w] = make_pipe();
+      err_.assign(err_w);
+      ours[2] = err_r;
+    } catch (...) {
+      for (int fd : ours)
+        if (fd >= 0) ::close(fd);
+      throw;
+    }
+    return ours;
   }
 
   void begin(std::chrono::milliseconds lose_after) {
@@ -120,7 +130,8 @@ class Scripted final : public ScriptedChild, public std::enable_shared_from_this
           self->exit(12);  // as the fake child does with a line it cannot read
           return;
         }
-        if (self->handler_) self->handler_(*d.message);
+        // A copy: the script may end its child from the handler, which drops handler_.
+        if (auto h = self->handler_) h(*d.message);
       }
       self->do_read();
     });

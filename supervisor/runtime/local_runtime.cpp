@@ -61,7 +61,6 @@ class LocalChild final : public RunningChild {
   ~LocalChild() override {
     close_untaken();
     Core& c = *core_;
-    c.handler = nullptr;
     if (c.ended) return;
     // No child outlives its session (invariant 6), and none is left a zombie: only reached with the
     // child alive when its owner drops it early (the supervisor is exiting).
@@ -88,10 +87,7 @@ class LocalChild final : public RunningChild {
     stderr_ = err;
   }
 
-  void on_end(EndHandler h) override {
-    core_->handler = std::move(h);
-    wait_exit(core_);
-  }
+  void on_end(EndHandler h) override { wait_exit(core_, std::make_shared<EndHandler>(std::move(h))); }
 
   void kill_tree() noexcept override {
     if (core_->ended) return;
@@ -106,12 +102,14 @@ class LocalChild final : public RunningChild {
     asio::posix::stream_descriptor pidfd;
     asio::steady_timer rewait;
     sandbox::Child child;
-    EndHandler handler;
     bool ended = false;
   };
 
-  static void wait_exit(std::shared_ptr<Core> core) {
-    core->pidfd.async_wait(asio::posix::descriptor_base::wait_read, [core](boost::system::error_code ec) {
+  // The end handler travels with the wait, never stored in Core: it holds the session, which owns
+  // this child, so storing it would make a cycle that only the child's end breaks. With the wait, an
+  // io_context destroyed while the child runs releases the session, and ~LocalChild kills and reaps.
+  static void wait_exit(std::shared_ptr<Core> core, std::shared_ptr<EndHandler> handler) {
+    core->pidfd.async_wait(asio::posix::descriptor_base::wait_read, [core, handler](boost::system::error_code ec) {
       if (ec == asio::error::operation_aborted || core->ended) return;
       siginfo_t info{};
       int rc;
@@ -122,8 +120,8 @@ class LocalChild final : public RunningChild {
       if ((rc == 0 && info.si_pid == 0) || (rc < 0 && errno == EAGAIN)) {
         // Not exited yet: look again shortly rather than spin on a level-triggered wake-up.
         core->rewait.expires_after(std::chrono::milliseconds(5));
-        core->rewait.async_wait([core](boost::system::error_code e) {
-          if (!e) wait_exit(core);
+        core->rewait.async_wait([core, handler](boost::system::error_code e) {
+          if (!e && !core->ended) wait_exit(core, handler);
         });
         return;
       }
@@ -144,7 +142,7 @@ class LocalChild final : public RunningChild {
       // The leader is gone; anything it left behind in its process group goes too.
       ::kill(-core->child.pid, SIGKILL);
       sandbox::release(core->child);
-      if (auto h = std::move(core->handler)) h(end);
+      if (*handler) (*handler)(end);
     });
   }
 
@@ -184,6 +182,7 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
   void abandon() noexcept {
     if (over_) return;
     over_ = true;
+    handlers_ = {};  // what the caller's handlers hold goes now, not when the operation ends
     boost::system::error_code ignored;
     exec_status_.close(ignored);
     pending_.reset();  // kills and reaps a child that was cloned
@@ -318,14 +317,16 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
 
 class PendingLocalStart final : public PendingStart {
  public:
-  explicit PendingLocalStart(std::shared_ptr<LocalStart> s) : s_(std::move(s)) {}
+  // Weak: a start is owned by its operation in flight (the prepare, the clone, the exec wait), never
+  // by its caller, whose handlers it holds; an io_context destroyed mid-start so releases both.
+  explicit PendingLocalStart(std::weak_ptr<LocalStart> s) : s_(std::move(s)) {}
   ~PendingLocalStart() override { abandon(); }
   void abandon() noexcept override {
-    if (s_) s_->abandon();
+    if (auto s = s_.lock()) s->abandon();
   }
 
  private:
-  std::shared_ptr<LocalStart> s_;
+  std::weak_ptr<LocalStart> s_;
 };
 
 }  // namespace
@@ -339,7 +340,7 @@ RuntimeAbilities LocalRuntime::abilities() const {
 std::unique_ptr<PendingStart> LocalRuntime::start(asio::io_context& io, LaunchSpec spec, StartHandlers handlers) {
   auto s = std::make_shared<LocalStart>(io, std::move(spec), std::move(handlers));
   s->begin();
-  return std::make_unique<PendingLocalStart>(std::move(s));
+  return std::make_unique<PendingLocalStart>(s);
 }
 
 std::shared_ptr<ChildRuntime> local_runtime() {
