@@ -119,7 +119,8 @@ TEST_CASE("every prior state x every event: the status, budget and reason the on
   constexpr Effect D = Effect::decided, A = Effect::amended, I = Effect::ignored, K = Effect::after_kill;
   // Rows: priors, in order; columns: events, in order.
   const Expect table[8][11] = {
-      // final      final(mf)  steps      time       cancel     failure    proto      proto/kill grace      exit 3     SIGSEGV
+      // final      final(mf)  steps      time       cancel     failure    proto      proto/kill grace      exit 3
+      // SIGSEGV
       {{'C', D}, {'F', D}, {'B', D}, {'T', D}, {'X', D}, {'F', D}, {'P', D}, {'P', D}, {'-', I}, {'F', D}, {'F', D}},
       {{'C', I}, {'C', I}, {'C', I}, {'C', I}, {'C', I}, {'F', D}, {'P', D}, {'C', K}, {'C', I}, {'C', I}, {'C', I}},
       {{'F', I}, {'F', I}, {'F', I}, {'F', I}, {'F', I}, {'F', D}, {'P', D}, {'F', K}, {'F', I}, {'F', I}, {'F', I}},
