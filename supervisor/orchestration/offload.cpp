@@ -2,10 +2,12 @@
 // the loop is destroyed (offload.hpp).
 #include "orchestration/offload.hpp"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -40,9 +42,24 @@ class LoopService : public boost::asio::execution_context::service {
 };
 boost::asio::execution_context::id LoopService::id;
 
+// Creates threads that never take SIGINT or SIGTERM (they inherit this mask): the front ends let
+// Asio's signal_set take them on the loop, and once it is gone (it restores the default action as
+// it goes, before the exit ignores them) a signal taken by a worker would kill the supervisor.
+template <class Make>
+auto with_exit_signals_blocked(Make make) {
+  sigset_t both, old;
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &both, &old);
+  auto made = make();
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return made;
+}
+
 void post_to_pool(std::function<void()> job) {
   // Never destroyed: worker threads may still finish a job while static destructors run at exit.
-  static auto* pool = new boost::asio::thread_pool(4);
+  static auto* pool = with_exit_signals_blocked([] { return new boost::asio::thread_pool(4); });
   boost::asio::post(*pool, [job = std::move(job)] {
     lower_this_threads_priority();
     job();

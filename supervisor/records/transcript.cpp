@@ -284,7 +284,17 @@ struct TranscriptStore::Shared {
 
   void post_write(std::function<void()> job) {
     std::lock_guard lock(wmu);
-    if (!writer.joinable()) writer = std::thread([this] { run_writer(); });
+    if (!writer.joinable()) {
+      // Never takes SIGINT or SIGTERM (as the offload workers, orchestration/offload.cpp): the front
+      // end's signal set takes them on the loop, and the default action must not reach a worker.
+      sigset_t both, old;
+      sigemptyset(&both);
+      sigaddset(&both, SIGINT);
+      sigaddset(&both, SIGTERM);
+      ::pthread_sigmask(SIG_BLOCK, &both, &old);
+      writer = std::thread([this] { run_writer(); });
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
     wqueue.push_back(std::move(job));
     wcv.notify_one();
   }
