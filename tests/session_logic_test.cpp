@@ -50,6 +50,9 @@ struct Spec {
   std::function<void(ChildSession&)> after_done;  // runs on the loop once the envelope is out
 };
 
+// The session of the run in progress, for a script that acts on it (a cancel at a chosen moment).
+ChildSession* g_session = nullptr;
+
 Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullptr) {
   test::TempDir ws;
   test::TempDir scripts;
@@ -74,6 +77,7 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   cfg.on_log = [&](const std::string& l) { out.logs.push_back(l); };
   cfg.on_progress = [&](const Progress& p) { out.progress.push_back(p); };
   auto session = ChildSession::create(io, cfg, make_provider("replay:" + script, io));
+  g_session = session.get();
   session->start([&](const proto::Envelope& e) {
     out.env = e;
     ++out.done_calls;
@@ -89,6 +93,7 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   io.run_for(std::chrono::seconds(30));
   REQUIRE_MESSAGE(out.done_calls == 1, "the session did not finish exactly once");
   CHECK(runtime->alive() == 0);  // no child outlives its session
+  g_session = nullptr;
   session.reset();
   return out;
 }
@@ -369,4 +374,36 @@ TEST_CASE("two hundred children on one loop, no fork: each ends with its own env
   }
   CHECK(runtime->started() == 200);
   CHECK(runtime->alive() == 0);
+}
+
+TEST_CASE("a request already sent when the parent cancels runs nothing; the same request without the cancel runs") {
+  for (const bool cancel : {true, false}) {
+    CAPTURE(cancel);
+    Spec s;
+    s.script = [cancel](std::shared_ptr<ScriptedChild> c) {
+      c->send(proto::Hello{{1}, "script/1"});
+      ScriptedChild* raw = c.get();
+      c->on_message([raw, cancel](const proto::SupervisorMessage& m) {
+        if (std::holds_alternative<proto::Welcome>(m)) {
+          // The request is in the pipe (a pipe takes a short line at once) before the cancel.
+          raw->send(proto::ToolRequest{"t1", "grep", json{{"pattern", "x"}}});
+          if (cancel) g_session->cancel("the parent changed its mind");
+        } else if (std::holds_alternative<proto::ToolDecision>(m)) {
+          raw->send(proto::ToolDone{"t1", true, 1, {}});
+          raw->send(proto::Final{"ran", "ran", json::object()});
+          raw->exit(0);
+        }
+      });
+    };
+    auto r = run(s);
+    if (cancel) {
+      CHECK(r.env.status == Status::cancelled);
+      CHECK(r.env.tool_calls == 0);
+      CHECK(r.env.tools_denied == 1);
+    } else {
+      CHECK(r.env.status == Status::completed);
+      CHECK(r.env.tool_calls == 1);
+      CHECK(r.env.tools_denied == 0);
+    }
+  }
 }
