@@ -1403,6 +1403,23 @@ double steady_us(Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
 }
 
+// A fresh directory /tmp/subagent-bench-NAME-XXXXXX, removed with everything in it when this goes
+// (also when a benchmark throws).
+struct TempRoot {
+  explicit TempRoot(const std::string &name) {
+    std::string tmpl = "/tmp/subagent-bench-" + name + "-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) fail_errno("mkdtemp");
+    path = fs::canonical(tmpl);
+  }
+  TempRoot(const TempRoot &) = delete;
+  TempRoot &operator=(const TempRoot &) = delete;
+  ~TempRoot() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  fs::path path;
+};
+
 void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   std::printf(
       "[spawnload] one child's broker round trip while eight others "
@@ -1410,16 +1427,8 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   const double seconds = o.quick ? 10 : 30;
   const auto quiet = std::chrono::milliseconds(600);
   const int burst = 8;
-  char tmpl[] = "/tmp/subagent-bench-load-XXXXXX";
-  if (!::mkdtemp(tmpl)) fail_errno("mkdtemp");
-  const fs::path root = fs::canonical(tmpl);
-  struct RemoveOnExit {
-    fs::path dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_root{root};
+  const TempRoot temp("load");
+  const fs::path &root = temp.path;
   const fs::path repo = root / "repo";
   make_repository(repo, 1000);
   copy_policies(root / "policies");
@@ -1634,16 +1643,8 @@ struct ManyResult {
 
 ManyResult many_children(int n, int trips, std::chrono::milliseconds period) {
   asio::io_context io;
-  char tmpl[] = "/tmp/subagent-bench-many-XXXXXX";
-  if (!::mkdtemp(tmpl)) fail_errno("mkdtemp");
-  const fs::path root = fs::canonical(tmpl);
-  struct RemoveOnExit {
-    fs::path dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_root{root};
+  const TempRoot temp("many");
+  const fs::path &root = temp.path;
   fs::create_directories(root / "ws");
   std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: the scripts never ask for a turn\"}\n";
 
