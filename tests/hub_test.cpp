@@ -59,9 +59,9 @@ struct Fixture {
   std::string spawn(const SpawnRequest& r) {
     return hub->spawn(r, [this, r](const protocol::Envelope& e) { done[e.id] = e; });
   }
-  // Runs the loop until `pred` holds (or 30 s pass).
+  // Runs the loop until `pred` holds (or 60 s pass: a bound for slow, busy CI machines, not a timing).
   bool until(const std::function<bool()>& pred) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!pred() && std::chrono::steady_clock::now() < deadline) {
       io.restart();
       io.run_for(std::chrono::milliseconds(10));

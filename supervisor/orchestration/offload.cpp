@@ -3,7 +3,6 @@
 #include "orchestration/offload.hpp"
 
 #include <pthread.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,10 +59,11 @@ auto with_exit_signals_blocked(Make make) {
 void post_to_pool(std::function<void()> job) {
   // Never destroyed: worker threads may still finish a job while static destructors run at exit.
   static auto* pool = with_exit_signals_blocked([] { return new boost::asio::thread_pool(4); });
-  boost::asio::post(*pool, [job = std::move(job)] {
-    lower_this_threads_priority();
-    job();
-  });
+  // The workers run at the process's own priority, as does what they fork (git): they do a spawn's
+  // and an apply's critical path. At nice 10 (tried, 27f78bb) a machine busy with other work at
+  // nice 0 starved them: an implementation child's worktree took 8x longer beside four busy loops
+  // (0.5 s quiet, 4.0 s; 1.3 s at nice 0) and a hub test ran past its 30 s under `ctest -j2` in CI.
+  boost::asio::post(*pool, std::move(job));
 }
 
 void unlink(OffloadTicket& t) {
@@ -72,16 +72,6 @@ void unlink(OffloadTicket& t) {
 }
 
 }  // namespace
-
-void lower_this_threads_priority() noexcept {
-  // Linux's nice is per thread (setpriority(2), "BUGS": a TID names one thread), and what the thread
-  // forks inherits it: the git steps a worker runs are niced with it.
-  thread_local bool lowered = false;
-  if (lowered) return;
-  lowered = true;
-  const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  if (now < kBackgroundNice) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kBackgroundNice);
-}
 
 void submit(boost::asio::io_context& io, const std::shared_ptr<OffloadTicket>& t, std::function<void()> job) {
   t->loop = boost::asio::use_service<LoopService>(io).set();

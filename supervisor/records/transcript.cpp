@@ -20,7 +20,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <sys/resource.h>
 #include <set>
 #include <vector>
 
@@ -299,8 +298,8 @@ struct TranscriptStore::Shared {
     wcv.notify_one();
   }
   void run_writer() {
-    // Behind the event loop for the CPU, as the offload workers are (orchestration/offload.hpp).
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+    // At the process's own priority: an ask's version is on disk before the parent is asked, so a
+    // niced writer would make every approval wait behind whatever else the machine runs.
     for (;;) {
       std::function<void()> job;
       {

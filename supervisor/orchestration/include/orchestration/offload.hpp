@@ -51,13 +51,6 @@ struct Outcome<void> {
 
 namespace detail {
 
-// The nice value of the worker threads (and of what they run: git, copies): the loop thread answers
-// children first. Measured: while eight children spawn, the loop thread ran 4 to 10 times longer
-// (wall) than its own CPU time, waiting for the CPU behind the workers (bench/README.md, issue 34).
-inline constexpr int kBackgroundNice = 10;
-// Gives the calling thread kBackgroundNice, once per thread (never raises a priority back).
-void lower_this_threads_priority() noexcept;
-
 // One run(): created on the loop thread, started by a worker or cancelled, never both. Its fields
 // are guarded by offload_mutex().
 struct OffloadTicket;
