@@ -454,7 +454,7 @@ TEST_CASE("implementation children work in parallel worktrees and return indepen
 
 TEST_CASE("worktrees of one repository made and removed on many threads at once all work") {
   // git's own `worktree add` reads every other worktree's admin directory, and `worktree prune`
-  // removes one whose gitdir file is not written yet: without the repository lock in workspace.cpp
+  // removes one whose gitdir file is not written yet: without the repository lock in workspace/worktree.cpp
   // this failed with "failed to read .../commondir" (seen in the spawn-load benchmark).
   test::TempDir ws, state, locks;
   auto git = [&](const std::string& args) {

@@ -19,7 +19,8 @@
 
 #include "serve_driver.hpp"
 #include "policy/preset.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/later_execution.hpp"
+#include "workspace/lock.hpp"
 #include "orchestration/held.hpp"
 #include "test_util.hpp"
 

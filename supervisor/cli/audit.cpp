@@ -14,7 +14,7 @@
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
 #include "records/transcript.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/lock.hpp"
 
 namespace supervisor::cli {
 

@@ -8,7 +8,7 @@
 
 #include "sandbox/explain.hpp"
 #include "sandbox/seccomp_programs.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/later_execution.hpp"
 #include "cli/cli.hpp"
 #include "cli/install_layout.hpp"
 #include "policy/policy_lint.hpp"

@@ -16,7 +16,7 @@
 
 #include "orchestration/held.hpp"
 #include "orchestration/session.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/worktree.hpp"
 #include "records/audit.hpp"
 #include "records/events.hpp"
 #include "records/transcript.hpp"

@@ -268,7 +268,7 @@ const char* const kLoopFiles[] = {"supervisor/orchestration/session.cpp",
                                   "child/tools/common.cpp",
                                   "supervisor/cli/run.cpp",
                                   "child/tools/read_tools.cpp",
-                                  "supervisor/orchestration/workspace.cpp",
+                                  "supervisor/workspace/patch.cpp",
                                   "child/tools/process.cpp",
                                   "supervisor/models/model_config.cpp",
                                   "supervisor/cli/policy.cpp"};

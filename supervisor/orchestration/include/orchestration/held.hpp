@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "orchestration/workspace.hpp"
+#include "workspace/later_execution.hpp"
+#include "workspace/lock.hpp"
+#include "workspace/patch.hpp"
 
 namespace supervisor {
 

@@ -31,7 +31,9 @@
 #include "records/audit.hpp"
 #include "orchestration/session.hpp"
 #include "records/transcript.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/lock.hpp"
+#include "workspace/patch.hpp"
+#include "workspace/worktree.hpp"
 #include "orchestration/offload.hpp"
 #include "orchestration/recovery.hpp"
 

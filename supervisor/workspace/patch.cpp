@@ -1,57 +1,25 @@
-#include "orchestration/workspace.hpp"
+// A writer child's work as a patch, its review, and `apply` (workspace/patch.hpp).
+#include "workspace/patch.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <linux/magic.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "orchestration/git_step.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/later_execution.hpp"
 
 namespace supervisor {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
-
-std::string first_line(const std::string& s, const std::string& what) {
-  auto v = lines(s);
-  if (v.empty()) throw std::runtime_error(what + ": git printed nothing");
-  return v.front();
-}
-
-// The gitdir a worktree's `.git` file names (written by `git worktree add`, read before the child runs).
-fs::path gitdir_of_file(const fs::path& dot_git) {
-  std::ifstream in(dot_git);
-  std::string line;
-  std::getline(in, line);
-  if (line.rfind("gitdir: ", 0) != 0) throw std::runtime_error("'" + dot_git.string() + "' names no gitdir");
-  fs::path g = line.substr(8);
-  if (g.is_relative()) g = dot_git.parent_path() / g;
-  return fs::canonical(g);
-}
 
 // A file of the state directory written whole or not at all: the bytes go to a temporary beside it
 // (".<name>.tmp-<pid>-<n>"), which commit() syncs and renames into place; anything short of that
@@ -122,29 +90,6 @@ class AtomicFile {
   std::string error_;
 };
 
-// Copies a workspace that is no repository, leaving out every `.git` (a planted one must never
-// become the copy's repository) and following no symlink.
-void copy_tree(const fs::path& from, const fs::path& to) {
-  fs::create_directories(to);
-  for (auto it = fs::recursive_directory_iterator(from, fs::directory_options::none);
-       it != fs::recursive_directory_iterator(); ++it) {
-    const fs::path rel = it->path().lexically_relative(from);
-    if (it->path().filename() == ".git") {
-      if (it->symlink_status().type() == fs::file_type::directory) it.disable_recursion_pending();
-      continue;
-    }
-    const auto st = it->symlink_status();
-    if (fs::is_symlink(st)) {
-      fs::copy_symlink(it->path(), to / rel);
-    } else if (fs::is_directory(st)) {
-      fs::create_directory(to / rel);
-    } else if (fs::is_regular_file(st)) {
-      fs::copy_file(it->path(), to / rel);
-      fs::permissions(to / rel, st.permissions());
-    }
-  }
-}
-
 // Nested repositories below `root`: every directory (other than root itself) holding a `.git` of
 // any type. Relative to root, sorted. Follows no symlink.
 std::vector<std::string> nested_repositories(const fs::path& root, const fs::path& skip_git) {
@@ -160,284 +105,6 @@ std::vector<std::string> nested_repositories(const fs::path& root, const fs::pat
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
-}
-
-}  // namespace
-
-WorkspaceConfig default_workspace_config() {
-  WorkspaceConfig c;
-  if (::geteuid() == 0) {
-    c.lock_dir = "/run/lock/subagent-supervisor";
-  } else if (const char* rt = std::getenv("XDG_RUNTIME_DIR"); rt && *rt) {
-    c.lock_dir = fs::path(rt) / "subagent-supervisor" / "locks";
-  } else {
-    c.lock_dir = "/tmp/subagent-supervisor-" + std::to_string(::geteuid()) + "/locks";
-  }
-  c.state_dir = default_workspace_state_dir();
-  return c;
-}
-
-std::string workspace_key(const fs::path& workspace) {
-  struct stat st {};
-  if (::stat(workspace.c_str(), &st) != 0)
-    throw std::runtime_error("workspace '" + workspace.string() + "': " + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) throw std::runtime_error("workspace '" + workspace.string() + "' is not a directory");
-  return std::to_string(major(st.st_dev)) + "." + std::to_string(minor(st.st_dev)) + "-" + std::to_string(st.st_ino);
-}
-
-std::optional<WorkspaceLock> WorkspaceLock::try_acquire(const fs::path& workspace, const fs::path& lock_dir) {
-  std::error_code ec;
-  const fs::path ws = fs::canonical(workspace, ec);
-  if (ec) throw std::runtime_error("workspace '" + workspace.string() + "': " + ec.message());
-  fs::path root = ws;
-  fs::path top;
-  if (!find_git_dir(ws, &top).empty()) root = top;
-  const std::string key = workspace_key(root);
-  fs::create_directories(lock_dir, ec);
-  if (ec) throw std::runtime_error("lock directory '" + lock_dir.string() + "': " + ec.message());
-  // Root first, the exclusive one last: a fixed order, and nothing is waited for.
-  std::vector<fs::path> chain;
-  for (fs::path d = root;; d = d.parent_path()) {
-    chain.push_back(d);
-    if (d == d.root_path()) break;
-  }
-  std::reverse(chain.begin(), chain.end());
-  std::vector<int> fds;
-  auto drop = [&] {
-    for (int fd : fds) ::close(fd);
-    fds.clear();
-  };
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    const bool exclusive = i + 1 == chain.size();
-    const fs::path file = lock_dir / ("ws-" + (exclusive ? key : workspace_key(chain[i])) + ".lock");
-    int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-      int err = errno;
-      drop();
-      throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(err));
-    }
-    fds.push_back(fd);
-    int rc;
-    while ((rc = ::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB)) != 0 && errno == EINTR) {
-    }
-    if (rc != 0) {
-      int err = errno;
-      drop();
-      if (err == EWOULDBLOCK) return std::nullopt;
-      throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(err));
-    }
-  }
-  // Record who holds it, for a person looking at the lock directory.
-  std::string who = std::to_string(::getpid()) + " " + ws.string() + "\n";
-  if (::ftruncate(fds.back(), 0) == 0) (void)!::write(fds.back(), who.data(), who.size());
-  return WorkspaceLock(std::move(fds), key, root);
-}
-
-void WorkspaceLock::release() noexcept {
-  for (int fd : fds_) ::close(fd);
-  fds_.clear();
-}
-WorkspaceLock::WorkspaceLock(WorkspaceLock&& o) noexcept
-    : fds_(std::move(o.fds_)), key_(std::move(o.key_)), root_(std::move(o.root_)) {
-  o.fds_.clear();
-}
-WorkspaceLock& WorkspaceLock::operator=(WorkspaceLock&& o) noexcept {
-  if (this != &o) {
-    release();
-    fds_ = std::move(o.fds_);
-    o.fds_.clear();
-    key_ = std::move(o.key_);
-    root_ = std::move(o.root_);
-  }
-  return *this;
-}
-WorkspaceLock::~WorkspaceLock() { release(); }
-
-// --- worktrees and patches ---
-
-namespace {
-
-// `git worktree add` and `git worktree prune` of one repository must not overlap: an add reads
-// every other worktree's admin directory (it fails on one that another add is still writing:
-// "failed to read .../commondir"), and a prune removes one whose `gitdir` file is not written yet.
-// The hub creates and removes worktrees on several worker threads, and other supervisors may use
-// the same repository: the lock is flock(2) on a file of the lock directory named by the
-// repository's git dir ("repo-<dev>-<inode>.lock"). Each holder opens its own description, which
-// excludes threads and processes alike. Not a lock on the git dir itself: every child that can read
-// the repository could take that one and stall the supervisor's workers for as long as it lives.
-class RepositoryLock {
- public:
-  explicit RepositoryLock(const fs::path& file)
-      : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
-    if (fd_ < 0) throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd_);
-      throw std::runtime_error("lock file '" + file.string() + "': " + std::strerror(err));
-    }
-  }
-  RepositoryLock(const RepositoryLock&) = delete;
-  RepositoryLock& operator=(const RepositoryLock&) = delete;
-  ~RepositoryLock() { ::close(fd_); }  // releases the lock
-
- private:
-  int fd_;
-};
-
-}  // namespace
-
-namespace {
-
-std::string mount_error(const std::string& what, int err) {
-  return what + ": " + std::strerror(err) + (err == EPERM ? " (needs root or CAP_SYS_ADMIN)" : "");
-}
-
-// The bytes a filesystem holds (what its files use), from statfs.
-std::uint64_t used_bytes(const fs::path& dir) {
-  struct statfs st {};
-  if (::statfs(dir.c_str(), &st) != 0)
-    throw std::runtime_error("statfs '" + dir.string() + "': " + std::strerror(errno));
-  return static_cast<std::uint64_t>(st.f_blocks - st.f_bfree) * static_cast<std::uint64_t>(st.f_bsize);
-}
-
-// Sets the size of the tmpfs at wt.top (rounded up to whole pages).
-void resize_cap(Worktree& wt, std::uint64_t size) {
-  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  size = (size + page - 1) / page * page;
-  const std::string opts = "size=" + std::to_string(size);
-  if (::mount(nullptr, wt.top.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
-    throw std::runtime_error(mount_error("could not resize the worktree's tmpfs at " + wt.top.string(), errno));
-  wt.disk_cap_bytes = size;
-}
-
-// Makes wt.top a tmpfs without a size of its own yet (tmpfs's default, half the RAM: the checkout
-// must fit before it can be measured); without the privilege, says why in wt.disk_cap_missing.
-void mount_cap(Worktree& wt) {
-  if (::mkdir(wt.top.c_str(), 0755) != 0 && errno != EEXIST)
-    throw std::runtime_error("cannot create '" + wt.top.string() + "': " + std::strerror(errno));
-  if (::mount("subagent-worktree", wt.top.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
-    wt.disk_cap_missing =
-        mount_error("the worktree is on the state directory's filesystem: mounting a size-capped tmpfs at " +
-                        wt.top.string() + " failed",
-                    errno);
-    return;
-  }
-  wt.disk_capped = true;
-}
-
-void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir);
-
-}  // namespace
-
-std::string release_worktree_mount(const fs::path& top) noexcept {
-  try {
-    struct statfs sf {};
-    if (::statfs(top.c_str(), &sf) != 0)
-      return errno == ENOENT ? "" : "statfs '" + top.string() + "': " + std::strerror(errno);
-    if (static_cast<unsigned long>(sf.f_type) != TMPFS_MAGIC) return "";
-    struct stat here {};
-    struct stat above {};
-    if (::stat(top.c_str(), &here) != 0 || ::stat(top.parent_path().c_str(), &above) != 0)
-      return "stat '" + top.string() + "': " + std::strerror(errno);
-    if (here.st_dev == above.st_dev) return "";  // a directory of a tmpfs above, not a mount of its own
-    if (::umount2(top.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0)
-      return "unmount '" + top.string() + "': " + std::strerror(errno);
-    if (::rmdir(top.c_str()) != 0 && errno != ENOENT) return "rmdir '" + top.string() + "': " + std::strerror(errno);
-    return "";
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
-Worktree create_worktree(const fs::path& workspace, const fs::path& state_dir, const fs::path& lock_dir,
-                         const std::string& id, std::uint64_t disk_budget) {
-  Worktree wt;
-  wt.source = workspace;
-  wt.top = state_dir / "worktrees" / id;
-  fs::create_directories(wt.top.parent_path());
-  if (disk_budget > 0) mount_cap(wt);
-  try {
-    checkout_into(wt, workspace, lock_dir);
-    if (wt.disk_capped) resize_cap(wt, used_bytes(wt.top) + disk_budget);
-  } catch (...) {
-    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
-    throw;
-  }
-  return wt;
-}
-
-namespace {
-
-void checkout_into(Worktree& wt, const fs::path& workspace, const fs::path& lock_dir) {
-  fs::path top;
-  fs::path git_dir = find_git_dir(workspace, &top);
-  std::string head;
-  if (!git_dir.empty()) {
-    GitStep s;
-    s.what = "git rev-parse HEAD";
-    s.git_dir = git_dir;
-    s.work_tree = top;
-    s.args = {"rev-parse", "--verify", "--quiet", "HEAD^{commit}"};
-    GitResult r = run_git(s);
-    if (r.code == 0) head = first_line(r.out, s.what);
-  }
-  if (!head.empty()) {
-    wt.git = true;
-    wt.base = head;
-    wt.source_top = top;
-    wt.source_git_dir = git_dir;
-    GitStep common;
-    common.what = "git rev-parse --git-common-dir";
-    common.git_dir = git_dir;
-    common.work_tree = top;
-    common.args = {"rev-parse", "--path-format=absolute", "--git-common-dir"};
-    wt.git_common_dir = fs::canonical(first_line(must_git(common).out, common.what));
-    GitStep add;
-    add.what = "could not create a git worktree for " + workspace.string();
-    add.git_dir = git_dir;
-    add.work_tree = top;
-    add.args = {"worktree", "add", "--detach", "--quiet", wt.top.string(), wt.base};
-    add.write = {wt.git_common_dir, wt.top.parent_path()};
-    std::error_code ec;
-    fs::create_directories(lock_dir, ec);
-    if (ec) throw std::runtime_error("lock directory '" + lock_dir.string() + "': " + ec.message());
-    wt.repo_lock = lock_dir / ("repo-" + workspace_key(wt.git_common_dir) + ".lock");
-    {
-      RepositoryLock lock(wt.repo_lock);
-      must_git(add);
-    }
-    wt.git_dir = gitdir_of_file(wt.top / ".git");
-    // The child's workspace is the worktree's copy of the directory it was given.
-    fs::path rel = fs::relative(workspace, top);
-    wt.path = (!rel.empty() && rel != ".") ? wt.top / rel : wt.top;
-    fs::create_directories(wt.path);
-    return;
-  }
-  // Not a git repository (or one without commits): a copy with a baseline commit of its own.
-  wt.source_top = workspace;
-  wt.path = wt.top;
-  copy_tree(workspace, wt.top);
-  wt.git_dir = wt.top / ".git";
-  GitStep init;
-  init.what = "git init in the copy";
-  init.git_dir = wt.git_dir;
-  init.work_tree = wt.top;
-  init.args = {"init", "--quiet", "--template="};
-  init.write = {wt.top};
-  must_git(init);
-  GitStep add = init;
-  add.what = "git add in the copy";
-  add.args = {"add", "-A", "--", "."};
-  must_git(add);
-  GitStep commit = init;
-  commit.what = "baseline commit";
-  commit.args = {"commit", "--quiet", "--allow-empty", "--no-verify", "-m", "baseline"};
-  must_git(commit);
-  GitStep rev = init;
-  rev.what = "git rev-parse HEAD";
-  rev.args = {"rev-parse", "HEAD"};
-  wt.base = first_line(must_git(rev).out, rev.what);
 }
 
 }  // namespace
@@ -500,7 +167,7 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
   // source repository.)
   if (wt.disk_capped && !wt.git) {
     Worktree grown = wt;
-    resize_cap(grown, wt.disk_cap_bytes * 2 + (64u << 20));
+    resize_worktree_cap(grown, wt.disk_cap_bytes * 2 + (64u << 20));
   }
 
   GitStep base;
@@ -629,59 +296,6 @@ Patch collect_patch(const Worktree& wt, const fs::path& state_dir, const std::st
     throw std::runtime_error(record.error() + "; nothing was saved");
   }
   return p;
-}
-
-void remove_worktree(const Worktree& wt) noexcept {
-  try {
-    // No git runs in the child's tree: remove it (remove_all follows no symlink), then let the
-    // repository forget the worktree.
-    // A size-capped worktree goes with its tmpfs (a lazy unmount: whatever still holds it open).
-    if (wt.disk_capped) (void)release_worktree_mount(wt.top);
-    std::error_code ec;
-    fs::remove_all(wt.top, ec);
-    if (wt.git) {
-      GitStep prune;
-      prune.what = "git worktree prune";
-      prune.git_dir = wt.git_common_dir;
-      prune.work_tree = wt.source_top;
-      prune.args = {"worktree", "prune"};
-      prune.write = {wt.git_common_dir};
-      RepositoryLock lock(wt.repo_lock);
-      (void)run_git(prune);
-    }
-  } catch (...) {
-  }
-}
-
-std::string forget_worktree(const fs::path& top, const fs::path& workspace, const fs::path& lock_dir) {
-  try {
-    // A disk-capped worktree is a tmpfs of its own (a dead supervisor's stays mounted): unmount it first.
-    if (std::string e = release_worktree_mount(top); !e.empty()) return e;
-    std::error_code ec;
-    fs::remove_all(top, ec);  // follows no symlink
-    if (ec) return "could not remove " + top.string() + ": " + ec.message();
-    fs::path source_top;
-    const fs::path git_dir = find_git_dir(workspace, &source_top);
-    if (git_dir.empty()) return {};  // a copy: nothing registered anywhere
-    GitStep common;
-    common.what = "git rev-parse --git-common-dir";
-    common.git_dir = git_dir;
-    common.work_tree = source_top;
-    common.args = {"rev-parse", "--path-format=absolute", "--git-common-dir"};
-    const fs::path common_dir = fs::canonical(first_line(must_git(common).out, common.what));
-    GitStep prune;
-    prune.what = "git worktree prune";
-    prune.git_dir = common_dir;
-    prune.work_tree = source_top;
-    prune.args = {"worktree", "prune"};
-    prune.write = {common_dir};
-    fs::create_directories(lock_dir, ec);
-    RepositoryLock lock(lock_dir / ("repo-" + workspace_key(common_dir) + ".lock"));
-    must_git(prune);
-    return {};
-  } catch (const std::exception& e) {
-    return "could not unregister the worktree " + top.string() + ": " + e.what();
-  }
 }
 
 ApplyResult apply_patch(const fs::path& state_dir, const std::string& id, bool allow_flagged) {

@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "orchestration/git_step.hpp"
-#include "orchestration/workspace.hpp"
+#include "workspace/later_execution.hpp"
 
 namespace supervisor {
 namespace fs = std::filesystem;
