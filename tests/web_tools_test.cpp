@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "net/http.hpp"
+#include "web/address_filter.hpp"
+#include "web/html_text.hpp"
 #include "fake_model_server.hpp"
 #include "test_util.hpp"
 
@@ -61,6 +63,35 @@ WebToolsConfig test_config(const FakeServer& srv) {
 }
 
 }  // namespace
+
+TEST_CASE("html_to_text: readable text, no script, links made absolute, <base> honoured, the title apart") {
+  std::string title;
+  const std::string text = supervisor::html_to_text(
+      "<html><head><title>Retries\nin  depth</title><style>p{color:red}</style>"
+      "<script>steal(document.cookie)</script></head><body><h2>Backoff</h2>"
+      "<p>See <a href=\"/docs/retry.html\">the guide</a> and <a href=\"#top\">top</a>.</p>"
+      "<ul><li>one</li><li>two</li></ul><noscript>enable js</noscript>"
+      "<a href=\"javascript:alert(1)\">js</a></body></html>",
+      "https://example.org/a/page.html", title);
+  CHECK(title == "Retries in depth");
+  CHECK(text.find("## Backoff") != std::string::npos);
+  CHECK(text.find("the guide (https://example.org/docs/retry.html)") != std::string::npos);
+  CHECK(text.find("- one") != std::string::npos);
+  CHECK(text.find("- two") != std::string::npos);
+  CHECK(text.find("steal") == std::string::npos);
+  CHECK(text.find("color:red") == std::string::npos);
+  CHECK(text.find("enable js") == std::string::npos);
+  CHECK(text.find("#top") == std::string::npos);
+  CHECK(text.find("javascript:") == std::string::npos);  // only http(s) targets are shown
+
+  // <base href> changes what relative links resolve against.
+  const std::string based = supervisor::html_to_text(
+      "<html><head><base href=\"https://mirror.example.net/x/\"></head>"
+      "<body><a href=\"y.html\">y</a></body></html>",
+      "https://example.org/", title);
+  CHECK(based.find("y (https://mirror.example.net/x/y.html)") != std::string::npos);
+  CHECK(title.empty());
+}
 
 TEST_CASE("addresses that are not public are named, public ones pass") {
   auto reason = [](const char* a) { return supervisor::non_public_reason(boost::asio::ip::make_address(a)); };

@@ -65,14 +65,6 @@ struct WebSource {
   std::string fetched_at;  // UTC, RFC 3339 ("2025-01-31T12:00:00Z")
 };
 
-// Why `a` is not a public address ("is loopback", "is private (RFC 1918)", ...), or nullopt when it is.
-std::optional<std::string> non_public_reason(const boost::asio::ip::address& a);
-
-// HTML → readable text (gumbo): script/style/noscript/template/svg skipped, headings kept ("# "),
-// link text kept with its absolute http(s) target, block elements on their own lines, whitespace
-// collapsed. `base_url` resolves relative links. Sets `title` from <title>.
-std::string html_to_text(const std::string& html, const std::string& base_url, std::string& title);
-
 class WebTools final : public BrokeredTools, public std::enable_shared_from_this<WebTools> {
  public:
   WebTools(boost::asio::io_context& io, WebToolsConfig cfg);
