@@ -607,7 +607,12 @@ TEST_CASE(
   make_repo(repo);
   Cli cli;
   test::RunResult holder;
-  std::thread t([&] { holder = cli.run("worker", repo.path(), "touch started; sleep 4"); });
+  // The holder holds until the test lets it go (a file it polls for), not for a fixed time: on a
+  // busy machine the steps below can take longer than any fixed sleep.
+  std::thread t([&] {
+    holder = cli.run("worker", repo.path(), "touch started; while [ ! -e release ]; do sleep 0.05; done",
+                     {"--timeout", "120s"});  // bounded, should a REQUIRE below end the test early
+  });
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!fs::exists(repo.path() / "started") && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -623,8 +628,14 @@ TEST_CASE(
   auto unrelated = cli.run("worker", other.path(), "echo ran > ran.txt", {"--timeout", "20s"});
   CHECK(envelope(unrelated)["status"] == "completed");
   CHECK(fs::exists(other.path() / "ran.txt"));
-  // A worker that waits long enough gets the lock when the holder is done.
+  // A worker that waits long enough gets the lock when the holder is done (let go 1.5 s after the
+  // waiting worker started, so that it has waited).
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    repo.write("release", "");
+  });
   auto later = cli.run("worker", repo.path() / "sub", "echo ran > ran.txt", {"--timeout", "60s"});
+  release.join();
   CHECK(envelope(later)["status"] == "completed");
   CHECK(later.err.find("waiting:") != std::string::npos);
   t.join();
