@@ -38,6 +38,7 @@
 #include "sandbox/launch.hpp"
 #include "seccomp.hpp"  // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
 #include "models/model.hpp"
+#include "policy/decide.hpp"
 #include "policy/preset.hpp"
 #include "orchestration/session.hpp"
 #include "orchestration/hub.hpp"

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "frontends/control.hpp"
+#include "policy/decide.hpp"
 #include "frontends/mcp.hpp"
 #include "test_util.hpp"
 

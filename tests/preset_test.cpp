@@ -1,3 +1,4 @@
+#include "policy/decide.hpp"
 #include "policy/preset.hpp"
 
 #include <doctest/doctest.h>

@@ -12,6 +12,7 @@
 #include "cli/cli.hpp"
 #include "cli/install_layout.hpp"
 #include "policy/policy_lint.hpp"
+#include "policy/decide.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor::cli {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "policy/decide.hpp"
 #include "frontends/control.hpp"
 
 namespace supervisor::mcp {

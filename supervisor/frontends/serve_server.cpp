@@ -4,6 +4,7 @@
 #include <boost/asio/io_context.hpp>
 #include <map>
 
+#include "policy/decide.hpp"
 #include "frontends/control.hpp"
 #include "orchestration/held.hpp"
 #include "frontends/parent_io.hpp"

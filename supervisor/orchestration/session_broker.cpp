@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "policy/decide.hpp"
 #include "protocol/tools.hpp"
 
 namespace supervisor {

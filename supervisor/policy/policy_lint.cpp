@@ -10,6 +10,7 @@
 
 #include "sandbox/explain.hpp"
 #include "sandbox/workspace_guard.hpp"
+#include "policy/decide.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor {

@@ -10,6 +10,7 @@
 #include "fuzz_util.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/policy.hpp"
+#include "policy/decide.hpp"
 #include "policy/preset.hpp"
 
 namespace {

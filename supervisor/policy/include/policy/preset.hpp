@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policy/jsonc.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/policy.hpp"
 
@@ -100,11 +101,6 @@ struct Preset {
   nlohmann::json raw;  // the parsed file, for `policy explain`
 };
 
-struct JsonPosition {
-  std::size_t line = 0, column = 0;  // 1-based; 0: unknown
-  std::string text() const { return std::to_string(line) + ":" + std::to_string(column); }
-};
-
 // what() names the file and the field; pointer() is that field as a JSON pointer ("/sandbox/network",
 // "" for the whole file), for `policy check` to find its line and column.
 class PresetError : public std::runtime_error {
@@ -120,25 +116,6 @@ class PresetError : public std::runtime_error {
   std::string pointer_;
   JsonPosition at_;
 };
-
-// Where things are in a JSON-with-comments text: the position of every value by JSON pointer
-// (a member's position is its key's), and every key an object repeats. nlohmann keeps the last of
-// two equal keys without a word, so a reader of the file could believe the first; both are found here.
-struct JsonSourceMap {
-  std::map<std::string, JsonPosition> at;  // "/sandbox/filesystem/write/0" -> where it starts
-  struct Duplicate {
-    std::string pointer;  // of the repeated member
-    JsonPosition first, again;
-  };
-  std::vector<Duplicate> duplicates;
-  // The position of `pointer`, or of its nearest ancestor the text has; {} when none.
-  JsonPosition find(std::string pointer) const;
-};
-// Reads `text` as far as it is well-formed JSON with // and /* */ comments.
-JsonSourceMap map_json_source(const std::string& text);
-
-// A field as the error messages name it ("sandbox.filesystem.write[0]") as a JSON pointer.
-std::string field_pointer(const std::string& field);
 
 // writes.later_execution when a policy names none: the shipped defaults (policies/README.md explains
 // each entry).
@@ -180,21 +157,8 @@ class PresetCatalog {
   std::map<std::string, Entry> by_name_;
 };
 
-// Every tool the preset lists (allow + ask), i.e. every tool the child is told about.
-std::vector<std::string> offered_tools(const Preset& p);
-
 // The limits a child is told in its welcome (protocol/README.md), from the budgets it runs under.
 protocol::Limits child_limits(const Budgets& b);
-
-// The most `tool` can get from the preset over all arguments (deny < ask < allow): its list, or a
-// rule that allows or asks for some arguments. Parent-only and denied tools: deny.
-Decision widest_decision(const Preset& p, const std::string& tool);
-
-// The decision for one call. `why` receives the rule or list that decided, for error messages;
-// `rule`, when given, receives its short name for the envelope's denials: "blocked", "tools.deny",
-// "tools.rules[2] {\"path_under\":[\".git\"]}", "tools.allow", "tools.ask" or "not offered".
-Decision decide(const Preset& p, const std::string& tool, const nlohmann::json& args, std::string& why,
-                std::string* rule = nullptr);
 
 // Reads a JSON-with-comments file; throws PresetError naming the file and the position of a parse
 // error or of a key an object repeats (refused: which of the two counts is invisible in the text).
