@@ -134,7 +134,7 @@ TEST_CASE("a read-only preset may open /dev/null read-write, and nothing else") 
     std::ofstream(dir / "p.json") << d.dump(2);
     std::string all;
     for (const auto& x : lint_policy_file(dir / "p.json", kPolicies / "schema.json"))
-      if (x.severity == "error") all += x.message + "\n";
+      if (x.severity == supervisor::Severity::error) all += x.message + "\n";
     return all;
   };
   for (const char* n : {"explore", "reviewer", "research"}) {
@@ -216,7 +216,7 @@ TEST_CASE("every shipped policy passes its schema and the lints") {
     auto findings = lint_policy_file(kPolicies / (n + ".json"), kPolicies / "schema.json");
     std::string all;
     for (const auto& f : findings)
-      if (f.severity == "error") all += f.message + "\n";
+      if (f.severity == supervisor::Severity::error) all += f.message + "\n";
     CHECK_MESSAGE(all.empty(), n << ": " << all);
   }
 }
@@ -232,7 +232,7 @@ TEST_CASE("lints catch widening") {
   std::ofstream(dir / "wide.json") << d.dump(2);
   auto f = lint_policy_file(dir / "wide.json", kPolicies / "schema.json");
   std::string all;
-  for (const auto& x : f) all += x.severity + ": " + x.message + "\n";
+  for (const auto& x : f) all += std::string(to_string(x.severity)) + ": " + x.message + "\n";
   CHECK(all.find("read-only preset") != std::string::npos);
   CHECK(all.find("runs unattended") != std::string::npos);
   CHECK(all.find("workspace_mode is \"read\" but ${workspace} is a write root") != std::string::npos);

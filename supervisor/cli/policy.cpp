@@ -244,10 +244,10 @@ int check(Args& args) {
     }
     bool fails = false, faults = false, skipped = false;
     for (const auto& x : findings) {
-      fails = fails || x.severity == "error" || (strict && x.severity == "warning");
-      faults = faults || x.severity == "error" || x.severity == "warning";
-      skipped = skipped || x.severity == "skipped";
-      std::printf("%s%s: %s: %s\n", f.c_str(), x.at.line ? (":" + x.at.text()).c_str() : "", x.severity.c_str(),
+      fails = fails || x.severity == Severity::error || (strict && x.severity == Severity::warning);
+      faults = faults || x.severity == Severity::error || x.severity == Severity::warning;
+      skipped = skipped || x.severity == Severity::skipped;
+      std::printf("%s%s: %s: %s\n", f.c_str(), x.at.line ? (":" + x.at.text()).c_str() : "", to_string(x.severity),
                   x.message.c_str());
     }
     if (!faults && !skipped) std::printf("%s: ok\n", f.c_str());  // notes only: about this machine

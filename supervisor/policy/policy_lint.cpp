@@ -17,6 +17,20 @@ namespace supervisor {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+const char* to_string(Severity s) noexcept {
+  switch (s) {
+    case Severity::error:
+      return "error";
+    case Severity::warning:
+      return "warning";
+    case Severity::note:
+      return "note";
+    case Severity::skipped:
+      return "skipped";
+  }
+  return "error";
+}
+
 namespace {
 
 std::string type_of(const json& v) {
@@ -152,7 +166,7 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
   std::vector<Finding> out;
   const std::string theirs = " (shipped " + shipped.name + ": ";
   auto wider = [&](std::string pointer, std::string what) {
-    out.push_back({"warning", "wider than the shipped preset: " + what, std::move(pointer), {}});
+    out.push_back({Severity::warning, "wider than the shipped preset: " + what, std::move(pointer), {}});
   };
 
   // From narrowest to widest: a worktree's patch is reviewed before it reaches the workspace.
@@ -307,13 +321,13 @@ std::vector<Finding> widening_against(const Preset& p, const Preset& shipped) {
 std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& schema_file, const fs::path& shipped_dir) {
   std::vector<Finding> out;
   auto error = [&](std::string m, std::string pointer = "") {
-    out.push_back({"error", std::move(m), std::move(pointer), {}});
+    out.push_back({Severity::error, std::move(m), std::move(pointer), {}});
   };
   auto warning = [&](std::string m, std::string pointer = "") {
-    out.push_back({"warning", std::move(m), std::move(pointer), {}});
+    out.push_back({Severity::warning, std::move(m), std::move(pointer), {}});
   };
   auto note = [&](std::string m, std::string pointer = "") {
-    out.push_back({"note", std::move(m), std::move(pointer), {}});
+    out.push_back({Severity::note, std::move(m), std::move(pointer), {}});
   };
   // Messages from the parsers start "policy FILE: "; check prints the file itself.
   auto bare = [](std::string m) {
@@ -340,19 +354,21 @@ std::vector<Finding> lint_policy_file(const fs::path& file, const fs::path& sche
     doc = read_jsonc_file(file);
   } catch (const PresetError& e) {
     if (map.duplicates.empty()) {
-      out.push_back({"error", bare(e.what()), e.pointer(), e.at()});
+      out.push_back({Severity::error, bare(e.what()), e.pointer(), e.at()});
       return out;
     }
     for (const auto& d : map.duplicates)  // every one, where read_jsonc_file names the first
-      out.push_back({"error",
+      out.push_back({Severity::error,
                      d.pointer + " is given twice (first at line " + d.first.text() +
                          "); only the last one would count, so remove one",
                      d.pointer, d.again});
     return out;
   }
   if (doc.is_object() && doc.contains("$schema")) {
-    out.push_back(
-        {"skipped", "a JSON Schema (it has \"$schema\"), not a preset; presets are validated against it", "", {}});
+    out.push_back({Severity::skipped,
+                   "a JSON Schema (it has \"$schema\"), not a preset; presets are validated against it",
+                   "",
+                   {}});
     return out;
   }
 

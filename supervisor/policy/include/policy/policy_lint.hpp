@@ -14,11 +14,15 @@
 
 namespace supervisor {
 
-// Severities: "error" — `run` refuses the file, or it contradicts itself; "warning" — legal but
-// dangerous, or wider than the shipped preset of the same name; "note" — about this machine (a
-// required layer the kernel lacks), never a fault of the file; "skipped" — the file is a JSON Schema.
+// error: `run` refuses the file, or it contradicts itself; warning: legal but dangerous, or wider
+// than the shipped preset of the same name; note: about this machine (a required layer the kernel
+// lacks), never a fault of the file; skipped: the file is a JSON Schema.
+enum class Severity { error, warning, note, skipped };
+// "error", "warning", "note", "skipped": what `policy check` prints.
+const char* to_string(Severity s) noexcept;
+
 struct Finding {
-  std::string severity;
+  Severity severity = Severity::error;
   std::string message;
   std::string pointer;  // JSON pointer of the field concerned ("" for the whole file)
   JsonPosition at;      // where that field is in the file's text (0:0 when unknown)
