@@ -17,6 +17,14 @@
 namespace supervisor {
 namespace fs = std::filesystem;
 
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) v.push_back(l);
+  return v;
+}
+
 namespace {
 
 constexpr std::size_t kMaxErr = 64u << 10;
@@ -170,14 +178,6 @@ GitResult launch_git(const GitStep& s, const std::vector<std::string>& argv) {
   r.err = err_buf.take();
   r.code = o.term_signal != 0 ? 128 + o.term_signal : o.exit_code;
   return r;
-}
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) v.push_back(l);
-  return v;
 }
 
 // Options that hold for every repository, whatever its configuration says.

@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "orchestration/git_step.hpp"
@@ -24,16 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
-
 std::string first_line(const std::string& s, const std::string& what) {
-  auto v = lines(s);
+  auto v = split_lines(s);
   if (v.empty()) throw std::runtime_error(what + ": git printed nothing");
   return v.front();
 }

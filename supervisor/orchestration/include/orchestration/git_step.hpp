@@ -62,6 +62,9 @@ std::vector<std::string> git_neutralising_options(const std::filesystem::path& g
 // the step outlives its timeout; never runs git unsandboxed.
 GitResult run_git(const GitStep& step);
 
+// The non-empty lines of `s` (git's output), in order.
+std::vector<std::string> split_lines(const std::string& s);
+
 // run_git, then throws std::runtime_error("<what>: <git's message>") when git failed.
 GitResult must_git(const GitStep& step);
 
