@@ -18,10 +18,11 @@ tsan_dir=${SUBAGENT_TSAN_BUILD_DIR:-$here/build-tsan}
 # transcript store's writer thread (transcript_test); libcurl's resolver thread behind the HTTP
 # client, the providers and the web tools; the fake model server those tests talk to, which serves
 # each connection on its own thread; the launcher test, which checks PR_SET_PDEATHSIG against the
-# launching thread; and the hostile-sandbox tests' listener threads. The supervisor's offload pool
-# (worktrees, patches, sandbox plans) is tested in hub_test, which is not listed yet: under TSan,
-# beside provider_e2e_test, one of its implementation children failed once (not reproduced alone).
-tsan_tests='^(session_logic_test|transcript_test|http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
+# launching thread; the hostile-sandbox tests' listener threads; and the operations layer's applies
+# on the offload pool (operations_test). The offload pool's worktrees and patches are tested in
+# hub_test, which is not listed yet: under TSan, beside provider_e2e_test, one of its implementation
+# children failed once (not reproduced alone).
+tsan_tests='^(session_logic_test|operations_test|transcript_test|http_client_test|provider_openai_test|provider_anthropic_test|provider_e2e_test|web_tools_test|sandbox_launch_test|sandbox_hostile_test)$'
 
 # RelWithDebInfo's flags with line tables instead of full debug info (scripts/fuzz.sh: the same).
 sanitizer_flags='-O2 -gline-tables-only -DNDEBUG'

@@ -32,6 +32,24 @@ const char* const kFrontEndFlagsHelp =
   --search-endpoint URL    SearxNG-compatible JSON search for research children's web_search
 )";
 
+void attach_records(HubConfig& hc, const RecordOptions& o) {
+  ScrubOptions scrub_options;
+  scrub_options.literals = o.redact;
+  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
+  hc.transcripts = nullptr;
+  if (!o.no_transcript) {
+    TranscriptOptions t;
+    t.dir = o.transcript_dir;
+    t.keep = o.keep_transcripts;
+    t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
+    hc.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
+  }
+  hc.audit = std::make_shared<AuditLog>(AuditOptions{!o.audit_file.empty() ? fs::path(o.audit_file)
+                                                     : hc.transcripts      ? hc.transcripts->dir() / "audit.jsonl"
+                                                                           : default_audit_file()},
+                                        scrubber);
+}
+
 FrontEndOptions::FrontEndOptions() {
   base.workspaces = default_workspace_config();
   base.search_endpoint = default_search_endpoint();
@@ -67,15 +85,15 @@ bool parse_front_end_flag(Args& args, const std::string& f, FrontEndOptions& o) 
   else if (f == "--max-line")
     o.max_line = args.number(f);
   else if (f == "--transcript-dir")
-    o.transcript_dir = args.value(f);
+    o.records.transcript_dir = args.value(f);
   else if (f == "--keep-transcripts")
-    o.keep_transcripts = args.number(f);
+    o.records.keep_transcripts = args.number(f);
   else if (f == "--no-transcript")
-    o.no_transcript = true;
+    o.records.no_transcript = true;
   else if (f == "--audit-log")
-    o.audit_file = args.value(f);
+    o.records.audit_file = args.value(f);
   else if (f == "--redact")
-    o.redact.push_back(args.value(f));
+    o.records.redact.push_back(args.value(f));
   else if (f == "--search-endpoint")
     o.base.search_endpoint = args.value(f);
   else
@@ -102,20 +120,7 @@ void finish_front_end(FrontEndOptions& o, const char* command) {
   }
   if (!b.default_model.empty()) validate_model_spec(b.default_model);
   b.policy_dir = o.policy_dir.empty() ? default_policy_dir() : fs::path(o.policy_dir);
-  ScrubOptions scrub_options;
-  scrub_options.literals = o.redact;
-  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
-  if (!o.no_transcript) {
-    TranscriptOptions t;
-    t.dir = o.transcript_dir;
-    t.keep = o.keep_transcripts;
-    t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
-    b.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
-  }
-  b.audit = std::make_shared<AuditLog>(AuditOptions{!o.audit_file.empty() ? fs::path(o.audit_file)
-                                                    : b.transcripts       ? b.transcripts->dir() / "audit.jsonl"
-                                                                          : default_audit_file()},
-                                       scrubber);
+  attach_records(b, o.records);
   b.child_executable = o.child.empty() ? default_child_executable() : fs::absolute(o.child);
   register_supervisor(b, command);  // before the loop runs: recovery may run git
 }

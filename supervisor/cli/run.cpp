@@ -21,7 +21,7 @@
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
 #include "cli/front_end.hpp"
-#include "orchestration/hub.hpp"
+#include "frontends/operations.hpp"
 #include "cli/install_layout.hpp"
 #include "records/scrub.hpp"
 #include "web/research.hpp"
@@ -174,11 +174,9 @@ std::string human(std::uint64_t n) {
 
 int cmd_run(Args args) {
   std::string preset_name, workspace, brief, description, model, policy_dir, child;
-  std::string transcript_dir, audit_file, parent = "cli", search_endpoint = default_search_endpoint();
+  std::string parent = "cli", search_endpoint = default_search_endpoint();
   std::string state_dir, lock_dir;
-  std::vector<std::string> redact;
-  std::uint64_t keep_transcripts = 200;
-  bool no_transcript = false;
+  RecordOptions records;
   bool allow_unsafe_workspace = false;
   std::vector<std::string> child_args;
   bool have_brief = false, quiet = false;
@@ -241,18 +239,18 @@ int cmd_run(Args args) {
       else if (f == "--quiet")
         quiet = true;
       else if (f == "--transcript-dir")
-        transcript_dir = args.value(f);
+        records.transcript_dir = args.value(f);
       else if (f == "--keep-transcripts")
-        keep_transcripts = args.number(f);
+        records.keep_transcripts = args.number(f);
       else if (f == "--no-transcript")
-        no_transcript = true;
+        records.no_transcript = true;
       else if (f == "--audit-log")
-        audit_file = args.value(f);
+        records.audit_file = args.value(f);
       else if (f == "--redact")
-        redact.push_back(args.value(f));
+        records.redact.push_back(args.value(f));
       else if (f == "--redact-file") {
         try {
-          for (auto& v : load_redact_file(args.value(f))) redact.push_back(std::move(v));
+          for (auto& v : load_redact_file(args.value(f))) records.redact.push_back(std::move(v));
         } catch (const std::runtime_error& e) {
           throw UsageError(std::string("--redact-file: ") + e.what());
         }
@@ -313,8 +311,9 @@ int cmd_run(Args args) {
     return kSetupError;
   }
 
-  // One child through the hub, the same scheduling path as serve and mcp: the workspace lock for
-  // writers, an isolated worktree and a reviewed patch for implementation children.
+  // One child through the operations layer (frontends/operations.hpp), the same path as serve's and
+  // mcp's spawns: the workspace lock for writers, an isolated worktree and a reviewed patch for
+  // implementation children.
   boost::asio::io_context io;
   HubConfig hc;
   hc.policy_dir = policies;
@@ -362,20 +361,7 @@ int cmd_run(Args args) {
     std::fprintf(stderr, "[subagent:%s] waiting: %s\n", id.c_str(), escape_for_terminal(why, false).c_str());
   };
   // Everything below reaches stderr, stdout or the disk scrubbed (docs/transcripts.md).
-  ScrubOptions scrub_options;
-  scrub_options.literals = redact;
-  auto scrubber = std::make_shared<const Scrubber>(scrub_options);
-  if (!no_transcript) {
-    TranscriptOptions t;
-    t.dir = transcript_dir;
-    t.keep = keep_transcripts;
-    t.background = true;  // the loop never waits for the disk (records/transcript.hpp)
-    hc.transcripts = std::make_shared<TranscriptStore>(t, scrubber);
-  }
-  hc.audit = std::make_shared<AuditLog>(AuditOptions{!audit_file.empty() ? fs::path(audit_file)
-                                                     : hc.transcripts    ? hc.transcripts->dir() / "audit.jsonl"
-                                                                         : default_audit_file()},
-                                        scrubber);
+  attach_records(hc, records);
   register_supervisor(hc, "run");
   if (tty) {
     hc.on_progress = [&](const Progress& p) {
@@ -388,15 +374,20 @@ int cmd_run(Args args) {
   }
 
   std::unique_ptr<TerminalApprover> terminal;
+  std::unique_ptr<Operations> ops;
+  Operations::AskParent ask;
   if (::isatty(STDIN_FILENO) && ::isatty(STDERR_FILENO)) {
     int tty_fd = ::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (tty_fd >= 0) {
       terminal = std::make_unique<TerminalApprover>(io, tty_fd);
-      hc.approver = [&terminal](const ApprovalRequest& r, ApprovalReply reply) { terminal->ask(r, std::move(reply)); };
+      ask = [&terminal, &ops](const std::string& approval_id, const ApprovalRequest& r) {
+        terminal->ask(r,
+                      [&ops, approval_id](bool yes, const std::string& why) { ops->approve(approval_id, yes, why); });
+      };
     }
   }
-  // Without a terminal nobody can answer: "ask" is denied at once (hc.approver stays empty).
-  Hub hub(io, hc);
+  // Without a terminal nobody can answer: "ask" is denied at once (`ask` stays empty).
+  ops = std::make_unique<Operations>(io, hc, std::move(ask));
   SpawnRequest req;
   req.preset = preset_name;
   req.brief = brief;
@@ -410,16 +401,19 @@ int cmd_run(Args args) {
   std::string id;
   bool finished = false;
   try {
-    id = hub.spawn(req, [&](const protocol::Envelope& e) {
-      finished = true;
-      if (progress_shown) std::fputs("\n", stderr);
-      std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-      write_for_terminal(stdout, out);  // the summary and details are the model's text
-      std::fputc('\n', stdout);
-      std::fflush(stdout);
-      status = protocol::exit_code_for(e.status);
-      signals.cancel();
-    });
+    id = ops->spawn(req,
+                    [&](const protocol::Envelope& e) {
+                      finished = true;
+                      if (progress_shown) std::fputs("\n", stderr);
+                      std::string out =
+                          protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+                      write_for_terminal(stdout, out);  // the summary and details are the model's text
+                      std::fputc('\n', stdout);
+                      std::fflush(stdout);
+                      status = protocol::exit_code_for(e.status);
+                      signals.cancel();
+                    })
+             .child_id;
   } catch (const WideningError& e) {
     std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
     return kUsageError;
@@ -429,7 +423,7 @@ int cmd_run(Args args) {
   }
   if (!finished) {
     signals.async_wait([&](boost::system::error_code ec, int sig) {
-      if (!ec) hub.cancel(id, sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+      if (!ec) ops->cancel(id, sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
     });
     io.run();
   }

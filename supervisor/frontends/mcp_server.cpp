@@ -8,8 +8,8 @@
 #include <map>
 
 #include "frontends/control.hpp"
-#include "orchestration/held.hpp"
 #include "frontends/mcp.hpp"
+#include "frontends/operations.hpp"
 #include "models/model.hpp"
 #include "frontends/parent_io.hpp"
 #include "frontends/parent_loop.hpp"
@@ -36,23 +36,18 @@ struct SyncCall {
   bool answered = false;
 };
 
-struct Waiter {
-  json request_id;
-  std::shared_ptr<asio::steady_timer> timer;
-};
-
 struct McpServer {
   McpServer(asio::io_context& ctx, McpConfig config) : io(ctx), opts(std::move(config)), heartbeat(ctx) {}
 
   asio::io_context& io;
   McpConfig opts;
   std::shared_ptr<ParentIo> parent;
-  std::unique_ptr<Hub> hub;
+  std::unique_ptr<Operations> ops;  // from initialize on
   bool elicitation = false;
   std::uint64_t next_request = 0;
-  std::map<std::string, ApprovalReply> pending_approvals;       // our request id (dumped) -> reply
+  std::map<std::string, std::string> elicitations;              // our request id (dumped) -> approval id
   std::map<std::string, std::shared_ptr<SyncCall>> sync_calls;  // child id -> the tools/call waiting for it
-  std::multimap<std::string, Waiter> waiters;                   // child id -> agent_output calls waiting
+  std::map<json, std::uint64_t> waiters;                        // agent_output request id -> wait ticket
   asio::steady_timer heartbeat;
   bool heartbeat_running = false;
   bool ending = false;
@@ -70,7 +65,7 @@ struct McpServer {
     try {
       if (r.method == "initialize") return initialize(r);
       if (r.method == "ping") return send(mcp::result_message(r.id, json::object()));
-      if (!hub) return error(r.id, mcp::kInvalidRequest, "the server is not initialized: send initialize first");
+      if (!ops) return error(r.id, mcp::kInvalidRequest, "the server is not initialized: send initialize first");
       if (r.method == "tools/list")
         return send(mcp::result_message(r.id, {{"tools", mcp::tool_definitions(opts.presets)}}));
       if (r.method == "tools/call") return call_tool(r);
@@ -86,14 +81,16 @@ struct McpServer {
   }
 
   void handle(const mcp::Response& r) {
-    auto it = pending_approvals.find(r.id.dump());
-    if (it == pending_approvals.end()) {
+    auto it = elicitations.find(r.id.dump());
+    if (it == elicitations.end()) {
       std::fprintf(stderr, "subagent-supervisor mcp: a response to unknown request %s was ignored\n",
                    r.id.dump().c_str());
       return;
     }
-    ApprovalReply reply = std::move(it->second);
-    pending_approvals.erase(it);
+    const std::string approval_id = std::move(it->second);
+    elicitations.erase(it);
+    // An answer after the child ended (or the approval timed out) is dropped by the operations layer.
+    auto reply = [&](bool allow, const std::string& why) { ops->approve(approval_id, allow, why); };
     if (!r.error.is_null()) {
       std::string why = r.error.is_object() && r.error.contains("message") && r.error["message"].is_string()
                             ? r.error["message"].get<std::string>()
@@ -116,7 +113,7 @@ struct McpServer {
   // --- lifecycle ---
 
   void initialize(const mcp::Request& r) {
-    if (hub) return error(r.id, mcp::kInvalidRequest, "initialize was already received");
+    if (ops) return error(r.id, mcp::kInvalidRequest, "initialize was already received");
     const json& p = r.params;
     if (!p.is_object() || !p.contains("protocolVersion") || !p["protocolVersion"].is_string())
       return error(r.id, mcp::kInvalidParams, "protocolVersion: missing or not a string");
@@ -134,13 +131,14 @@ struct McpServer {
       cfg.parent = "mcp:" + p["clientInfo"]["name"].get<std::string>();
     else
       cfg.parent = "mcp";
-    if (elicitation)
-      cfg.approver = [this](const ApprovalRequest& a, ApprovalReply reply) { ask_user(a, std::move(reply)); };
     cfg.on_log = [](const std::string& line) {
       std::fprintf(stderr, "%s\n", escape_for_terminal(line, false).c_str());
     };
     cfg.on_progress = [this](const Progress& pr) { progress(pr.id); };
-    hub = std::make_unique<Hub>(io, cfg);
+    Operations::AskParent ask;
+    if (elicitation)
+      ask = [this](const std::string& approval_id, const ApprovalRequest& a) { ask_user(approval_id, a); };
+    ops = std::make_unique<Operations>(io, cfg, std::move(ask));
 
     send(mcp::result_message(
         r.id, {{"protocolVersion", mcp::negotiate_version(p["protocolVersion"])},
@@ -162,22 +160,20 @@ struct McpServer {
       if (call->request_id != rid || call->cancelled) continue;
       call->cancelled = true;
       const std::string child = id;  // the entry goes away when the envelope is delivered
-      hub->cancel(child, "cancelled by the client: " + reason);
+      ops->cancel(child, "cancelled by the client: " + reason);
       return;
     }
-    for (auto it = waiters.begin(); it != waiters.end(); ++it) {
-      if (it->second.request_id != rid) continue;
-      it->second.timer->cancel();
+    if (auto it = waiters.find(rid); it != waiters.end()) {
+      ops->stop_waiting(it->second);
       waiters.erase(it);
-      return;
     }
   }
 
   // --- approvals and progress ---
 
-  void ask_user(const ApprovalRequest& a, ApprovalReply reply) {
+  void ask_user(const std::string& approval_id, const ApprovalRequest& a) {
     json id = "approval-" + std::to_string(++next_request);
-    pending_approvals[id.dump()] = std::move(reply);
+    elicitations[id.dump()] = approval_id;
     std::string args = protocol::cap_utf8(a.args.dump(), 2000).text;
     std::string message = "Subagent " + a.child_id + " (" + a.preset + ": " + a.description + ") asks to use " +
                           a.tool + " with " + args + ". Policy: " + a.rule + ". Allow it?";
@@ -196,7 +192,7 @@ struct McpServer {
     // Never after the result: a host drops the token with the answer and warns about the stray.
     if (it == sync_calls.end() || it->second->progress_token.is_null() || it->second->cancelled || it->second->answered)
       return;
-    auto info = hub->info(child);
+    auto info = ops->output(child);
     if (!info || info->state == ChildState::done || info->envelope) return;
     const auto now = std::chrono::steady_clock::now();
     if (it->second->progress > 0 && now - it->second->last_progress < kMinProgressInterval) return;
@@ -251,7 +247,7 @@ struct McpServer {
       if (name == "agent_list") {
         mcp::parse_no_arguments(args);
         json children = json::array();
-        for (const auto& c : hub->list()) children.push_back(to_json(c));
+        for (const auto& c : ops->list()) children.push_back(to_json(c));
         return send(mcp::result_message(r.id, mcp::tool_result({{"children", children}})));
       }
       if (name == "agent_output") return output(r.id, args);
@@ -262,10 +258,10 @@ struct McpServer {
           if (!args["reason"].is_string()) throw BadRequest("reason: must be a string");
           reason = args["reason"];
         }
-        if (!hub->cancel(child, reason))
+        if (!ops->cancel(child, reason))
           return send(mcp::result_message(r.id, mcp::tool_error("no child '" + child + "'")));
         return send(mcp::result_message(
-            r.id, mcp::tool_result({{"child_id", child}, {"state", to_string(hub->info(child)->state)}})));
+            r.id, mcp::tool_result({{"child_id", child}, {"state", to_string(ops->output(child)->state)}})));
       }
       if (name == "agent_apply") {
         std::string child = mcp::parse_child_id(args, {"allow_flagged"});
@@ -274,10 +270,12 @@ struct McpServer {
           if (!args["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
           allow_flagged = args["allow_flagged"];
         }
-        ApplyResult a = apply_child_work(opts.base.workspaces.state_dir, child, allow_flagged);
-        json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
-        res["isError"] = !a.ok;
-        return send(mcp::result_message(r.id, res));
+        // The git steps run off the loop; other calls are answered meanwhile, this one by its id.
+        return ops->apply(child, allow_flagged, [this, id = r.id, child](const ApplyResult& a) {
+          json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
+          res["isError"] = !a.ok;
+          send(mcp::result_message(id, res));
+        });
       }
       error(r.id, mcp::kInvalidParams, "unknown tool '" + name + "'");
     } catch (const BadRequest& e) {
@@ -307,90 +305,54 @@ struct McpServer {
                      "; the server's --workspace and --allow-workspace set them)");
   }
 
-  bool idle() const {
-    for (const auto& c : hub->list())
-      if (c.state != ChildState::done) return false;
-    return true;
-  }
-
   void spawn(const json& request_id, const json& args, const json& token) {
     mcp::SpawnArguments a = mcp::parse_spawn_arguments(args);
     a.request.workspace = checked_workspace(a.request.workspace);
     // MCP has no notion of the parent's turns: a burst of spawns ends when nothing is left running.
-    if (idle()) hub->new_turn();
+    if (ops->idle()) ops->new_turn();
     const bool background = a.background;
     // The envelope can arrive before spawn() returns (a child refused before it started).
     auto call = std::make_shared<SyncCall>(SyncCall{request_id, token});
-    auto child = std::make_shared<std::string>();
-    *child = hub->spawn(a.request, [this, child, call, background](const protocol::Envelope& e) {
-      if (!background) {
-        call->answered = true;
-        if (!call->cancelled) send(mcp::result_message(call->request_id, mcp::envelope_result(e)));
-        sync_calls.erase(e.id);
-      }
-      wake_waiters(e.id);
+    auto s = ops->spawn(a.request, [this, call, background](const protocol::Envelope& e) {
+      if (background) return;
+      call->answered = true;
+      if (!call->cancelled) send(mcp::result_message(call->request_id, mcp::envelope_result(e)));
+      sync_calls.erase(e.id);
     });
-    if (background) {
-      auto info = hub->info(*child);
-      return send(mcp::result_message(
-          request_id,
-          mcp::tool_result({{"child_id", *child}, {"state", to_string(info ? info->state : ChildState::done)}})));
-    }
+    if (background)
+      return send(
+          mcp::result_message(request_id, mcp::tool_result({{"child_id", s.child_id}, {"state", to_string(s.state)}})));
     if (call->answered) return;
-    sync_calls[*child] = call;
+    sync_calls[s.child_id] = call;
     if (!token.is_null()) {
-      progress(*child);
+      progress(s.child_id);
       arm_heartbeat();
     }
   }
 
-  json output_value(const std::string& child) {
-    auto info = hub->info(child);
-    json out = {{"child_id", child}, {"state", to_string(info->state)}, {"budget_use", to_json(info->progress)}};
-    out["envelope"] = info->envelope ? protocol::to_json(*info->envelope) : json(nullptr);
+  static json output_value(const ChildInfo& info) {
+    json out = {{"child_id", info.id}, {"state", to_string(info.state)}, {"budget_use", to_json(info.progress)}};
+    out["envelope"] = info.envelope ? protocol::to_json(*info.envelope) : json(nullptr);
     return out;
   }
 
   void output(const json& request_id, const json& args) {
     std::string child = mcp::parse_child_id(args, {"wait_seconds"});
     std::uint64_t wait = mcp::parse_wait_seconds(args);
-    auto info = hub->info(child);
-    if (!info) return send(mcp::result_message(request_id, mcp::tool_error("no child '" + child + "'")));
-    if (info->state == ChildState::done || wait == 0)
-      return send(mcp::result_message(request_id, mcp::tool_result(output_value(child))));
-    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(wait));
-    auto it = waiters.emplace(child, Waiter{request_id, timer});
-    timer->async_wait([this, child, timer](boost::system::error_code ec) {
-      if (ec) return;  // woken by the child's end, or cancelled by the client
-      for (auto w = waiters.begin(); w != waiters.end(); ++w) {
-        if (w->second.timer != timer) continue;
-        json rid = w->second.request_id;
-        waiters.erase(w);
-        send(mcp::result_message(rid, mcp::tool_result(output_value(child))));
-        return;
-      }
+    std::uint64_t ticket = ops->wait(child, std::chrono::seconds(wait), [this, request_id](const ChildInfo& info) {
+      waiters.erase(request_id);
+      send(mcp::result_message(request_id, mcp::tool_result(output_value(info))));
     });
-    (void)it;
-  }
-
-  void wake_waiters(const std::string& child) {
-    auto [b, e] = waiters.equal_range(child);
-    std::vector<json> ids;
-    for (auto it = b; it != e; ++it) {
-      it->second.timer->cancel();
-      ids.push_back(it->second.request_id);
-    }
-    waiters.erase(b, e);
-    for (const auto& rid : ids) send(mcp::result_message(rid, mcp::tool_result(output_value(child))));
+    if (ticket == 0) return send(mcp::result_message(request_id, mcp::tool_error("no child '" + child + "'")));
+    if (ops->waiting(ticket)) waiters[request_id] = ticket;
   }
 
   void end(const std::string& why) {
     if (ending) return;
     ending = true;
     heartbeat.cancel();
-    for (auto& [id, reply] : pending_approvals) reply(false, why);
-    pending_approvals.clear();
-    end_front_end(io, hub.get(), parent, why);
+    elicitations.clear();
+    end_front_end(io, ops.get(), parent, why);
   }
 };
 

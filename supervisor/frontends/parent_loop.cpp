@@ -49,11 +49,11 @@ void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& par
   ::signal(SIGTERM, SIG_IGN);
 }
 
-void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent,
+void end_front_end(boost::asio::io_context& io, Operations* ops, const std::shared_ptr<ParentIo>& parent,
                    const std::string& why) {
   auto finish = [&io, parent] { parent->flush([&io] { io.stop(); }); };
-  if (!hub) return finish();
-  hub->shutdown(why, finish);
+  if (!ops) return finish();
+  ops->shutdown(why, finish);
 }
 
 }  // namespace supervisor

@@ -2,11 +2,8 @@
 #include "frontends/serve_server.hpp"
 
 #include <boost/asio/io_context.hpp>
-#include <map>
-
-#include "policy/decide.hpp"
 #include "frontends/control.hpp"
-#include "orchestration/held.hpp"
+#include "frontends/operations.hpp"
 #include "frontends/parent_io.hpp"
 #include "frontends/parent_loop.hpp"
 
@@ -26,10 +23,7 @@ struct Server {
   HubConfig base;
   fs::path default_workspace;
   std::shared_ptr<ParentIo> parent;
-  std::unique_ptr<Hub> hub;
-  bool approvals = false;
-  std::uint64_t next_approval = 0;
-  std::map<std::string, ApprovalReply> pending_approvals;
+  std::unique_ptr<Operations> ops;  // from hello on
   bool ending = false;
   bool drain_on_eof;
   bool draining = false;
@@ -47,40 +41,26 @@ struct Server {
     const std::string type = m["type"];
     try {
       if (type == "hello") return hello(m, id);
-      if (!hub) return reply_error(id, "bad_request", "send hello first (it declares your scope)");
+      if (!ops) return reply_error(id, "bad_request", "send hello first (it declares your scope)");
       if (type == "spawn") return spawn(m, id);
       if (type == "list") {
         json children = json::array();
-        for (const auto& c : hub->list()) children.push_back(to_json(c));
+        for (const auto& c : ops->list()) children.push_back(to_json(c));
         return parent->send({{"type", "list"}, {"id", id}, {"children", children}});
       }
       if (type == "output") return output(m, id);
       if (type == "cancel") {
         std::string child = child_id(m);
-        if (!hub->cancel(child, m.value("reason", std::string("cancelled by the parent"))))
+        if (!ops->cancel(child, m.value("reason", std::string("cancelled by the parent"))))
           return reply_error(id, "unknown_child", "no child '" + child + "'");
         return parent->send({{"type", "cancelling"}, {"id", id}, {"child_id", child}});
       }
       if (type == "approval") return approval(m, id);
       if (type == "turn") {
-        hub->new_turn();
+        ops->new_turn();
         return parent->send({{"type", "turn"}, {"id", id}});
       }
-      if (type == "apply") {
-        std::string child = child_id(m);
-        bool allow_flagged = false;
-        if (m.contains("allow_flagged")) {
-          if (!m["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
-          allow_flagged = m["allow_flagged"];
-        }
-        ApplyResult r = apply_child_work(base.workspaces.state_dir, child, allow_flagged);
-        return parent->send({{"type", "applied"},
-                             {"id", id},
-                             {"child_id", child},
-                             {"ok", r.ok},
-                             {"message", r.message},
-                             {"files", r.files}});
-      }
+      if (type == "apply") return apply(m, id);
       reply_error(id, "bad_request", "unknown request type '" + type + "'");
     } catch (const BadRequest& e) {
       reply_error(id, "bad_request", e.what());
@@ -100,20 +80,23 @@ struct Server {
   }
 
   void hello(const json& m, const json& id) {
-    if (hub) return reply_error(id, "bad_request", "hello was already sent");
+    if (ops) return reply_error(id, "bad_request", "hello was already sent");
     if (m.contains("protocol") && m["protocol"] != 1)
       return reply_error(id, "unsupported_version", "this supervisor speaks control protocol 1");
     HubConfig cfg = base;
     cfg.scope = parse_scope(m.value("scope", json(nullptr)));
     cfg.parent = m.value("parent", std::string("parent"));
-    approvals = m.value("approvals", false);
+    const bool approvals = m.value("approvals", false);
+    cfg.on_log = [this](const std::string& line) {
+      std::string child;
+      if (line.rfind("[subagent:", 0) == 0) child = line.substr(10, line.find(']') - 10);
+      parent->send({{"type", "log"}, {"child_id", child}, {"line", line}});
+    };
+    Operations::AskParent ask;
     if (approvals) {
-      cfg.approver = [this](const ApprovalRequest& r, ApprovalReply reply) {
-        if (draining) return reply(false, "denied: the parent closed its input, so nobody can answer (serve --drain)");
-        std::string aid = "a" + std::to_string(++next_approval);
-        pending_approvals[aid] = std::move(reply);
+      ask = [this](const std::string& approval_id, const ApprovalRequest& r) {
         parent->send({{"type", "approval_request"},
-                      {"approval_id", aid},
+                      {"approval_id", approval_id},
                       {"child_id", r.child_id},
                       {"preset", r.preset},
                       {"description", r.description},
@@ -122,31 +105,19 @@ struct Server {
                       {"rule", r.rule}});
       };
     }
-    cfg.on_log = [this](const std::string& line) {
-      std::string child;
-      if (line.rfind("[subagent:", 0) == 0) child = line.substr(10, line.find(']') - 10);
-      parent->send({{"type", "log"}, {"child_id", child}, {"line", line}});
-    };
-    hub = std::make_unique<Hub>(io, cfg);
+    ops = std::make_unique<Operations>(io, cfg, std::move(ask));
     json presets = json::array();
-    for (const auto& n : list_presets(cfg.policy_dir)) {
-      try {
-        Preset p = load_preset(n, cfg.policy_dir);
-        presets.push_back({{"name", p.name},
-                           {"description", p.description},
-                           {"tools", offered_tools(p)},
-                           {"workspace_mode", to_string(p.workspace_mode)}});
-      } catch (const std::exception&) {
-      }
-    }
+    for (const auto& p : ops->presets())
+      presets.push_back(
+          {{"name", p.name}, {"description", p.description}, {"tools", p.tools}, {"workspace_mode", p.workspace_mode}});
     parent->send({{"type", "hello"},
                   {"id", id},
                   {"protocol", 1},
                   {"version", SUBAGENT_VERSION},
                   {"capabilities",
                    {{"presets", presets},
-                    {"max_concurrent", hub->config().max_concurrent},
-                    {"max_per_turn", hub->config().max_per_turn},
+                    {"max_concurrent", ops->config().max_concurrent},
+                    {"max_per_turn", ops->config().max_per_turn},
                     {"approvals", approvals},
                     {"default_model", cfg.default_model.empty() ? json(nullptr) : json(cfg.default_model)},
                     {"requests", {"hello", "spawn", "list", "output", "cancel", "approval", "turn", "apply"}}}}});
@@ -156,26 +127,20 @@ struct Server {
     SpawnRequest req = parse_spawn(m);
     if (req.workspace.empty()) req.workspace = default_workspace;
     const bool background = m.value("background", false);
-    auto child = std::make_shared<std::string>();
-    *child = hub->spawn(req, [this, id, background, child](const protocol::Envelope& e) {
+    auto s = ops->spawn(req, [this, id, background](const protocol::Envelope& e) {
       json env = protocol::to_json(e);
       if (background)
-        parent->send({{"type", "child_done"}, {"child_id", *child}, {"envelope", env}});
+        parent->send({{"type", "child_done"}, {"child_id", e.id}, {"envelope", env}});
       else
-        parent->send({{"type", "result"}, {"id", id}, {"child_id", *child}, {"envelope", env}});
+        parent->send({{"type", "result"}, {"id", id}, {"child_id", e.id}, {"envelope", env}});
     });
-    if (background) {
-      auto info = hub->info(*child);
-      parent->send({{"type", "spawned"},
-                    {"id", id},
-                    {"child_id", *child},
-                    {"state", to_string(info ? info->state : ChildState::done)}});
-    }
+    if (background)
+      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", s.child_id}, {"state", to_string(s.state)}});
   }
 
   void output(const json& m, const json& id) {
     std::string child = child_id(m);
-    auto info = hub->info(child);
+    auto info = ops->output(child);
     if (!info) return reply_error(id, "unknown_child", "no child '" + child + "'");
     json out = {{"type", "output"},
                 {"id", id},
@@ -188,38 +153,54 @@ struct Server {
     parent->send(out);
   }
 
+  void apply(const json& m, const json& id) {
+    std::string child = child_id(m);
+    bool allow_flagged = false;
+    if (m.contains("allow_flagged")) {
+      if (!m["allow_flagged"].is_boolean()) throw BadRequest("allow_flagged: must be true or false");
+      allow_flagged = m["allow_flagged"];
+    }
+    // The git steps run off the loop; other requests are answered meanwhile, this one by its id.
+    ops->apply(child, allow_flagged, [this, id, child](const ApplyResult& r) {
+      parent->send({{"type", "applied"},
+                    {"id", id},
+                    {"child_id", child},
+                    {"ok", r.ok},
+                    {"message", r.message},
+                    {"files", r.files}});
+    });
+  }
+
   void approval(const json& m, const json& id) {
     auto it = m.find("approval_id");
     if (it == m.end() || !it->is_string()) throw BadRequest("approval_id: missing or not a string");
-    auto p = pending_approvals.find(*it);
-    if (p == pending_approvals.end())
+    if (!ops->asking(*it))
       return reply_error(id, "unknown_approval",
                          "no pending approval '" + it->get<std::string>() + "' (answered or timed out)");
     if (!m.contains("allow") || !m["allow"].is_boolean()) throw BadRequest("allow: must be true or false");
-    ApprovalReply reply = std::move(p->second);
-    pending_approvals.erase(p);
-    reply(m["allow"].get<bool>(),
-          m.value("reason", std::string(m["allow"].get<bool>() ? "approved by the parent" : "denied by the parent")));
+    const bool allow = m["allow"].get<bool>();
+    ops->approve(*it, allow, m.value("reason", std::string(allow ? "approved by the parent" : "denied by the parent")));
   }
 
   void end(const std::string& why) {
     if (draining) {  // a signal while draining: cancel what is left, as without --drain
       draining = false;
-      end_front_end(io, hub.get(), parent, why);
+      end_front_end(io, ops.get(), parent, why);
       return;
     }
     if (ending) return;
     ending = true;
-    end_front_end(io, hub.get(), parent, why);
+    end_front_end(io, ops.get(), parent, why);
   }
 
   void end_of_input() {
-    if (!drain_on_eof || !hub) return end("the parent closed its input");
+    if (!drain_on_eof || !ops) return end("the parent closed its input");
     if (ending) return;
     ending = true;
     draining = true;
     auto p = parent;
-    hub->drain([this, p] { p->flush([this] { io.stop(); }); });
+    ops->drain("denied: the parent closed its input, so nobody can answer (serve --drain)",
+               [this, p] { p->flush([this] { io.stop(); }); });
   }
 };
 

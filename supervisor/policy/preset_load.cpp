@@ -44,6 +44,13 @@ PresetCatalog::PresetCatalog(std::filesystem::path policy_dir) : dir_(std::move(
   }
 }
 
+std::vector<const Preset*> PresetCatalog::loaded() const {
+  std::vector<const Preset*> out;
+  for (const auto& [name, e] : by_name_)
+    if (e.preset) out.push_back(&*e.preset);
+  return out;
+}
+
 Preset PresetCatalog::get(const std::string& name_or_path) const {
   if (names_a_file(name_or_path)) return load_preset(name_or_path, dir_);
   check_preset_name(name_or_path);

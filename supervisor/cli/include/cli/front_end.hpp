@@ -1,6 +1,6 @@
-// The command-line flags shared by the parent-facing front ends (`serve` and `mcp`): both put a Hub
-// on an io_context (serve_server.hpp, mcp_server.hpp) and differ only in the wire protocol they speak
-// to the parent. Errors: a bad flag throws UsageError naming it.
+// The command-line flags shared by the parent-facing front ends (`serve` and `mcp`): both put the
+// operations layer on an io_context (frontends/operations.hpp) and differ only in the wire protocol
+// they speak to the parent; `run` shares the record flags. Errors: a bad flag throws UsageError naming it.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +13,25 @@
 
 namespace supervisor::cli {
 
+// Where a supervisor keeps its records (--transcript-dir, --keep-transcripts, --no-transcript,
+// --audit-log, --redact), the same flags for run, serve and mcp.
+struct RecordOptions {
+  std::string transcript_dir, audit_file;
+  std::uint64_t keep_transcripts = 200;
+  bool no_transcript = false;
+  std::vector<std::string> redact;
+};
+
+// Sets hc.transcripts (unless no_transcript) and hc.audit, both scrubbing with the built-in
+// patterns and `o.redact`; transcripts are written off the loop (records/transcript.hpp).
+void attach_records(HubConfig& hc, const RecordOptions& o);
+
 struct FrontEndOptions {
   HubConfig base;  // finished by finish_front_end()
   std::filesystem::path default_workspace = std::filesystem::current_path();
   std::size_t max_line = 4u << 20;
-  std::string policy_dir, child, transcript_dir, audit_file;
-  std::uint64_t keep_transcripts = 200;
-  bool no_transcript = false;
-  std::vector<std::string> redact;
+  std::string policy_dir, child;
+  RecordOptions records;
 
   FrontEndOptions();
 };

@@ -13,7 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
-#include "orchestration/hub.hpp"
+#include "frontends/operations.hpp"
 #include "frontends/parent_io.hpp"
 
 namespace supervisor {
@@ -31,9 +31,10 @@ struct ParentLoop {
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
                      ParentLoop loop);
 
-// Ends a front end: cancels every child (when there is a hub; each envelope is still delivered),
-// writes out what is queued for the parent, then stops `io`.
-void end_front_end(boost::asio::io_context& io, Hub* hub, const std::shared_ptr<ParentIo>& parent,
+// Ends a front end: cancels every child and denies every pending approval (when there are
+// operations yet; each envelope is still delivered), writes out what is queued for the parent, then
+// stops `io`.
+void end_front_end(boost::asio::io_context& io, Operations* ops, const std::shared_ptr<ParentIo>& parent,
                    const std::string& why);
 
 }  // namespace supervisor

@@ -129,6 +129,8 @@ class Hub {
 
   std::size_t running() const noexcept { return running_; }
   const HubConfig& config() const noexcept { return cfg_; }
+  // The presets this hub was made with (read once, policy/preset.hpp).
+  const PresetCatalog& presets() const noexcept { return presets_; }
 
  private:
   struct Child;

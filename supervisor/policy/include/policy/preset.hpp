@@ -147,6 +147,8 @@ class PresetCatalog {
   // The preset `name_or_path` names; throws PresetError as load_preset does.
   Preset get(const std::string& name_or_path) const;
   const std::filesystem::path& dir() const noexcept { return dir_; }
+  // Every catalogued preset that loaded, in name order (one that did not is left out).
+  std::vector<const Preset*> loaded() const;
 
  private:
   struct Entry {

@@ -1,0 +1,248 @@
+// The operations layer every front end is a codec over (frontends/operations.hpp), on the in-process
+// runtime: spawn, list, output and waits, cancel, approvals, apply, drain and shutdown, with scripted
+// children and no fork. serve_test, mcp_test, the MCP SDK tests and run_cli_test drive the same layer
+// through the real programs.
+#include "frontends/operations.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/post.hpp>
+
+#include "runtime/in_process_runtime.hpp"
+#include "test_util.hpp"
+
+using namespace supervisor;
+using nlohmann::json;
+namespace proto = protocol;
+
+namespace {
+
+// A child that asks to run one command (the worker preset marks run_command "ask"), reports what it
+// was told in its final summary ("allowed" or "denied: REASON"), and exits. Until told, it waits.
+ChildScript asks_once() {
+  return [](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    std::weak_ptr<ScriptedChild> weak = c;
+    c->on_message([weak](const proto::SupervisorMessage& m) {
+      auto child = weak.lock();
+      if (!child) return;
+      if (std::holds_alternative<proto::Welcome>(m)) {
+        child->send(proto::ToolRequest{"t1", "run_command", {{"command", "true"}}});
+      } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+        if (d->allow) child->send(proto::ToolDone{d->id, true, 1, {}});
+        child->send(proto::Final{d->allow ? "allowed" : "denied: " + d->reason, "a", json::object()});
+        child->exit(0);
+      } else if (std::holds_alternative<proto::WrapUp>(m)) {
+        child->send(proto::Final{"wrapped up", "a", json::object()});
+        child->exit(0);
+      }
+    });
+  };
+}
+
+// A child that finishes once the test says so (release()).
+struct Held {
+  std::vector<std::weak_ptr<ScriptedChild>> children;
+  ChildScript script() {
+    return [this](std::shared_ptr<ScriptedChild> c) {
+      c->send(proto::Hello{{1}, "script/1"});
+      children.push_back(c);
+      std::weak_ptr<ScriptedChild> weak = c;
+      c->on_message([weak](const proto::SupervisorMessage& m) {
+        auto child = weak.lock();
+        if (child && std::holds_alternative<proto::WrapUp>(m)) {
+          child->send(proto::Final{"wrapped up", "a", json::object()});
+          child->exit(0);
+        }
+      });
+    };
+  }
+  void release() {
+    for (auto& w : children)
+      if (auto c = w.lock(); c && !c->ended()) {
+        c->send(proto::Final{"released", "a", json::object()});
+        c->exit(0);
+      }
+  }
+};
+
+struct Fixture {
+  test::TempDir root;
+  boost::asio::io_context io;
+  HubConfig cfg;
+  explicit Fixture(ChildScript script) {
+    cfg.policy_dir = test::policy_dir();
+    cfg.child_executable = "/nonexistent/in-process";  // the runtime runs scripts
+    cfg.default_model = "replay:" + root.write("model.jsonl", "{\"content\":\"done\"}\n");
+    cfg.workspaces = {root.path() / "locks", root.path() / "state"};
+    cfg.runtime = std::make_shared<InProcessRuntime>(std::move(script));
+    std::filesystem::create_directories(root.path() / "ws");
+  }
+  SpawnRequest request(const std::string& preset = "explore") const {
+    SpawnRequest r;
+    r.preset = preset;
+    r.brief = "test";
+    r.description = "ops";
+    r.workspace = std::filesystem::canonical(root.path() / "ws");
+    return r;
+  }
+  void run_until(const std::function<bool()>& done) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done() && std::chrono::steady_clock::now() < limit) {
+      io.restart();
+      io.run_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE_MESSAGE(done(), "the condition did not hold within 30 s");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("operations: spawn, list, output, and waits that end with the child or their time") {
+  Held held;
+  Fixture f(held.script());
+  Operations ops(f.io, f.cfg);
+  int done_calls = 0;
+  std::optional<proto::Envelope> env;
+  auto s = ops.spawn(f.request(), [&](const proto::Envelope& e) {
+    ++done_calls;
+    env = e;
+  });
+  CHECK(s.child_id.size() > 0);
+  CHECK(s.state != ChildState::done);
+  REQUIRE(ops.list().size() == 1);
+  CHECK(ops.list()[0].id == s.child_id);
+  CHECK_FALSE(ops.idle());
+  f.run_until([&] { return !held.children.empty() && ops.output(s.child_id)->state == ChildState::running; });
+
+  // A wait that times out answers with the child still running; one that is dropped never answers.
+  std::optional<ChildInfo> timed_out, woken;
+  bool dropped_called = false;
+  const auto t1 = ops.wait(s.child_id, std::chrono::milliseconds(50), [&](const ChildInfo& i) { timed_out = i; });
+  const auto t2 = ops.wait(s.child_id, std::chrono::seconds(60), [&](const ChildInfo& i) { woken = i; });
+  const auto t3 = ops.wait(s.child_id, std::chrono::seconds(60), [&](const ChildInfo&) { dropped_called = true; });
+  CHECK(ops.waiting(t1));
+  CHECK(ops.stop_waiting(t3));
+  CHECK_FALSE(ops.stop_waiting(t3));
+  f.run_until([&] { return timed_out.has_value(); });
+  CHECK(timed_out->state == ChildState::running);
+  CHECK_FALSE(timed_out->envelope.has_value());
+  CHECK_FALSE(ops.waiting(t1));
+  CHECK(ops.waiting(t2));
+
+  // The child's end wakes the long wait at once, after the spawn's own answer.
+  held.release();
+  f.run_until([&] { return woken.has_value(); });
+  CHECK(done_calls == 1);
+  REQUIRE(env.has_value());
+  CHECK(env->status == proto::Status::completed);
+  CHECK(woken->state == ChildState::done);
+  REQUIRE(woken->envelope.has_value());
+  CHECK(woken->envelope->summary.text == "released");
+  CHECK_FALSE(dropped_called);
+  CHECK(ops.idle());
+
+  // An ended child's wait answers at once; an unknown child's not at all (ticket 0).
+  bool at_once = false;
+  CHECK(ops.wait(s.child_id, std::chrono::seconds(60), [&](const ChildInfo& i) { at_once = i.envelope.has_value(); }) != 0);
+  CHECK(at_once);
+  bool unknown_called = false;
+  CHECK(ops.wait("ffffffffffff", std::chrono::seconds(1), [&](const ChildInfo&) { unknown_called = true; }) == 0);
+  CHECK_FALSE(unknown_called);
+  CHECK_FALSE(ops.output("ffffffffffff").has_value());
+  CHECK_FALSE(ops.cancel("ffffffffffff", "no such child"));
+}
+
+TEST_CASE("operations: an approval goes to the parent under an id, and the parent's answer reaches the child") {
+  for (const bool allow : {true, false}) {
+    CAPTURE(allow);
+    Fixture f(asks_once());
+    std::vector<std::pair<std::string, ApprovalRequest>> asked;
+    Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest& r) { asked.emplace_back(id, r); });
+    std::optional<proto::Envelope> env;
+    auto s = ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.run_until([&] { return !asked.empty(); });
+    REQUIRE(asked.size() == 1);
+    CHECK(asked[0].first == "a1");
+    CHECK(asked[0].second.child_id == s.child_id);
+    CHECK(asked[0].second.tool == "run_command");
+    CHECK(ops.asking("a1"));
+    CHECK_FALSE(ops.approve("a2", true, "no such approval"));
+    CHECK(ops.approve("a1", allow, allow ? "yes from the test" : "no from the test"));
+    CHECK_FALSE(ops.asking("a1"));
+    CHECK_FALSE(ops.approve("a1", true, "answered twice"));
+    f.run_until([&] { return env.has_value(); });
+    CHECK(env->summary.text == (allow ? "allowed" : "denied: approval denied: no from the test"));
+  }
+}
+
+TEST_CASE("operations: without a parent to ask, and while draining, an approval is denied at once") {
+  SUBCASE("nobody to ask") {
+    Fixture f(asks_once());
+    Operations ops(f.io, f.cfg);
+    std::optional<proto::Envelope> env;
+    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.run_until([&] { return env.has_value(); });
+    CHECK(env->summary.text.rfind("denied: ", 0) == 0);
+  }
+  SUBCASE("draining: the parent can no longer answer; the child still finishes and the drain ends") {
+    Fixture f(asks_once());
+    int asked = 0;
+    Operations ops(f.io, f.cfg, [&](const std::string&, const ApprovalRequest&) { ++asked; });
+    std::optional<proto::Envelope> env;
+    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    bool drained = false;
+    ops.drain("denied: nobody is left to answer", [&] { drained = true; });
+    f.run_until([&] { return drained; });
+    CHECK(asked == 0);
+    REQUIRE(env.has_value());
+    CHECK(env->status == proto::Status::completed);
+    CHECK(env->summary.text == "denied: approval denied: denied: nobody is left to answer");
+  }
+}
+
+TEST_CASE("operations: shutdown denies a pending approval, cancels the child, and answers an apply first") {
+  Fixture f(asks_once());
+  std::vector<std::string> asked;
+  Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
+  std::optional<proto::Envelope> env;
+  ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+  f.run_until([&] { return !asked.empty(); });
+  // An apply of a child that left nothing: answered (with why), even though shutdown follows at once.
+  std::optional<ApplyResult> applied;
+  std::vector<std::string> order;
+  ops.apply("0123456789ab", false, [&](ApplyResult r) {
+    applied = std::move(r);
+    order.push_back("apply");
+  });
+  bool ended = false;
+  ops.shutdown("the supervisor is ending", [&] {
+    ended = true;
+    order.push_back("ended");
+  });
+  CHECK_FALSE(ops.asking(asked[0]));
+  f.run_until([&] { return ended; });
+  REQUIRE(applied.has_value());
+  CHECK_FALSE(applied->ok);
+  CHECK(applied->message.find("nothing to apply for child 0123456789ab") != std::string::npos);
+  CHECK(order == std::vector<std::string>{"apply", "ended"});
+  REQUIRE(env.has_value());
+  // The denial reached the child before the cancel: it reported it, or the cancel ended it first.
+  CHECK((env->summary.text == "denied: approval denied: the supervisor is ending" ||
+         env->status == proto::Status::cancelled));
+}
+
+TEST_CASE("operations: applies run one at a time, in the order asked, off the loop") {
+  Held held;
+  Fixture f(held.script());
+  Operations ops(f.io, f.cfg);
+  std::vector<std::string> answered;
+  for (const char* id : {"000000000001", "000000000002", "not-an-id"})
+    ops.apply(id, false, [&answered, id](ApplyResult r) {
+      CHECK_FALSE(r.ok);
+      answered.push_back(id);
+    });
+  CHECK(answered.empty());  // nothing is answered on the caller's stack
+  f.run_until([&] { return answered.size() == 3; });
+  CHECK(answered == std::vector<std::string>{"000000000001", "000000000002", "not-an-id"});
+}
