@@ -18,9 +18,10 @@ symbolizer=/usr/lib/llvm-16/bin/llvm-symbolizer
 if [ -x "$symbolizer" ]; then export ASAN_SYMBOLIZER_PATH=$symbolizer; fi
 
 if [ ! -f "$dir/build.ninja" ]; then
-  # Configured as scripts/sanitize.sh configures it (line tables only).
+  # Configured as scripts/sanitize.sh configures it (line tables only, unity units).
   CXX=clang++-16 cmake -S "$here" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSUBAGENT_WERROR=OFF \
-    -DSUBAGENT_BENCH=OFF '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG' -DSUBAGENT_FUZZ=ON
+    -DSUBAGENT_BENCH=OFF -DSUBAGENT_UNITY=ON '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG' \
+    -DSUBAGENT_FUZZ=ON
 fi
 cmake --build "$dir" -j "$jobs" --target fuzz_targets
 
