@@ -144,7 +144,8 @@ TEST_CASE("operations: spawn, list, output, and waits that end with the child or
 
   // An ended child's wait answers at once; an unknown child's not at all (ticket 0).
   bool at_once = false;
-  CHECK(ops.wait(s.child_id, std::chrono::seconds(60), [&](const ChildInfo& i) { at_once = i.envelope.has_value(); }) != 0);
+  CHECK(ops.wait(s.child_id, std::chrono::seconds(60), [&](const ChildInfo& i) { at_once = i.envelope.has_value(); }) !=
+        0);
   CHECK(at_once);
   bool unknown_called = false;
   CHECK(ops.wait("ffffffffffff", std::chrono::seconds(1), [&](const ChildInfo&) { unknown_called = true; }) == 0);
@@ -201,7 +202,7 @@ TEST_CASE("operations: without a parent to ask, and while draining, an approval 
   }
 }
 
-TEST_CASE("operations: shutdown denies a pending approval, cancels the child, and answers an apply first") {
+TEST_CASE("operations: shutdown denies a pending approval and cancels the child; an apply asked is answered") {
   Fixture f(asks_once());
   std::vector<std::string> asked;
   Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
@@ -232,9 +233,8 @@ TEST_CASE("operations: shutdown denies a pending approval, cancels the child, an
          env->status == proto::Status::cancelled));
 }
 
-TEST_CASE("operations: applies run one at a time, in the order asked, off the loop") {
-  Held held;
-  Fixture f(held.script());
+TEST_CASE("operations: applies are answered in the order asked, never on the caller's stack") {
+  Fixture f(asks_once());
   Operations ops(f.io, f.cfg);
   std::vector<std::string> answered;
   for (const char* id : {"000000000001", "000000000002", "not-an-id"})
@@ -242,7 +242,55 @@ TEST_CASE("operations: applies run one at a time, in the order asked, off the lo
       CHECK_FALSE(r.ok);
       answered.push_back(id);
     });
-  CHECK(answered.empty());  // nothing is answered on the caller's stack
+  CHECK(answered.empty());
   f.run_until([&] { return answered.size() == 3; });
   CHECK(answered == std::vector<std::string>{"000000000001", "000000000002", "not-an-id"});
+}
+
+TEST_CASE(
+    "operations: with no child left, shutdown still waits for the apply asked before it; one asked after is refused") {
+  Fixture f(asks_once());
+  Operations ops(f.io, f.cfg);
+  std::vector<std::string> order;
+  ops.apply("000000000001", false, [&](ApplyResult) { order.push_back("apply"); });
+  ops.shutdown("the supervisor is ending", [&] { order.push_back("ended"); });
+  f.run_until([&] { return order.size() == 2; });
+  CHECK(order == std::vector<std::string>{"apply", "ended"});
+  std::optional<ApplyResult> late;
+  ops.apply("000000000001", false, [&](ApplyResult r) { late = std::move(r); });
+  REQUIRE(late.has_value());  // at once: nothing would run it any more
+  CHECK_FALSE(late->ok);
+  CHECK(late->message.find("the supervisor is ending") != std::string::npos);
+}
+
+TEST_CASE("operations: an approval is forgotten when its child ends, and a drain denies one already asked") {
+  SUBCASE("the child is cancelled while its approval waits") {
+    Fixture f(asks_once());
+    std::vector<std::string> asked;
+    Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
+    std::optional<proto::Envelope> env;
+    auto s = ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.run_until([&] { return !asked.empty(); });
+    CHECK(ops.asking(asked[0]));
+    CHECK(ops.cancel(s.child_id, "the test cancels"));
+    f.run_until([&] { return env.has_value(); });
+    CHECK(env->status == proto::Status::cancelled);
+    CHECK_FALSE(ops.asking(asked[0]));
+    CHECK_FALSE(ops.approve(asked[0], true, "too late"));
+  }
+  SUBCASE("drain: the pending approval is denied, so the child finishes without waiting for its timeout") {
+    Fixture f(asks_once());
+    f.cfg.approval_timeout = std::chrono::hours(1);
+    std::vector<std::string> asked;
+    Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
+    std::optional<proto::Envelope> env;
+    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.run_until([&] { return !asked.empty(); });
+    bool drained = false;
+    ops.drain("nobody is left to answer", [&] { drained = true; });
+    f.run_until([&] { return drained; });
+    REQUIRE(env.has_value());
+    CHECK(env->summary.text == "denied: approval denied: nobody is left to answer");
+    CHECK_FALSE(ops.asking(asked[0]));
+  }
 }

@@ -74,8 +74,9 @@ struct Cli {
     return test::run(a);
   }
   test::RunResult apply(const std::string& id, bool allow_flagged = false) const {
-    std::vector<std::string> a = {test::bin("subagent-supervisor").string(), "apply", id, "--state-dir",
-                                  state.path().string()};
+    std::vector<std::string> a = {
+        test::bin("subagent-supervisor").string(), "apply", id, "--state-dir", state.path().string(), "--lock-dir",
+        (state.path() / "locks").string()};
     if (allow_flagged) a.push_back("--allow-flagged");
     return test::run(a);
   }
@@ -296,6 +297,28 @@ TEST_CASE("run --preset implementation returns a patch and leaves the checkout u
   CHECK_MESSAGE(ok.code == 0, ok.err);
   CHECK(test::slurp(repo.path() / "sub/a.txt") == "ALPHA\n");
   CHECK(test::slurp(repo.path() / "sub/n.txt") == "new\n");
+}
+
+TEST_CASE("apply holds the workspace's writer lock: refused, nothing changed, while a writer holds it; twin: after") {
+  test::TempDir repo;
+  make_repo(repo);
+  Cli cli;
+  json e = envelope(cli.run("implementation", repo.path(), "echo ALPHA > sub/a.txt"));
+  REQUIRE(e["status"] == "completed");
+  // A worker's lock on a subdirectory of the repository: the same writer lock (the repository top).
+  auto writer = supervisor::WorkspaceLock::try_acquire(repo.path() / "sub", cli.state.path() / "locks");
+  REQUIRE(writer);
+  auto busy = cli.apply(e["id"]);
+  CHECK(busy.code == 1);
+  CHECK_MESSAGE(busy.err.find("another writer (a worker child, or an apply) holds the workspace") != std::string::npos,
+                busy.err);
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "alpha\n");
+  writer.reset();
+  auto ok = cli.apply(e["id"]);
+  CHECK_MESSAGE(ok.code == 0, ok.err);
+  CHECK(test::slurp(repo.path() / "sub/a.txt") == "ALPHA\n");
+  // The apply let the lock go: a writer takes it again.
+  CHECK(supervisor::WorkspaceLock::try_acquire(repo.path(), cli.state.path() / "locks"));
 }
 
 TEST_CASE("two implementation children in parallel, on one repository and on a subdirectory of it") {

@@ -48,6 +48,7 @@ struct McpServer {
   std::map<std::string, std::string> elicitations;              // our request id (dumped) -> approval id
   std::map<std::string, std::shared_ptr<SyncCall>> sync_calls;  // child id -> the tools/call waiting for it
   std::map<json, std::uint64_t> waiters;                        // agent_output request id -> wait ticket
+  std::map<json, bool> applying;                                // agent_apply request id -> cancelled by the client
   asio::steady_timer heartbeat;
   bool heartbeat_running = false;
   bool ending = false;
@@ -167,6 +168,8 @@ struct McpServer {
       ops->stop_waiting(it->second);
       waiters.erase(it);
     }
+    // An apply cannot be stopped halfway: it finishes, and its answer is not sent.
+    if (auto it = applying.find(rid); it != applying.end()) it->second = true;
   }
 
   // --- approvals and progress ---
@@ -271,7 +274,12 @@ struct McpServer {
           allow_flagged = args["allow_flagged"];
         }
         // The git steps run off the loop; other calls are answered meanwhile, this one by its id.
+        applying[r.id] = false;
         return ops->apply(child, allow_flagged, [this, id = r.id, child](const ApplyResult& a) {
+          auto it = applying.find(id);
+          const bool cancelled = it != applying.end() && it->second;
+          if (it != applying.end()) applying.erase(it);
+          if (cancelled) return;
           json res = mcp::tool_result({{"child_id", child}, {"ok", a.ok}, {"message", a.message}, {"files", a.files}});
           res["isError"] = !a.ok;
           send(mcp::result_message(id, res));

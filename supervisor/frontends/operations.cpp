@@ -1,7 +1,7 @@
 // The operations every front end offers a parent (operations.hpp), over one Hub.
 #include "frontends/operations.hpp"
 
-#include "orchestration/held.hpp"
+#include "orchestration/apply_work.hpp"
 #include "policy/decide.hpp"
 
 namespace supervisor {
@@ -19,7 +19,8 @@ std::vector<PresetSummary> preset_summaries(const PresetCatalog& presets) {
 Operations::Operations(boost::asio::io_context& io, HubConfig cfg, AskParent ask)
     : io_(io), ask_parent_(std::move(ask)) {
   cfg.approver = nullptr;
-  if (ask_parent_) cfg.approver = [this](const ApprovalRequest& r, ApprovalReply reply) { this->ask(r, std::move(reply)); };
+  if (ask_parent_)
+    cfg.approver = [this](const ApprovalRequest& r, ApprovalReply reply) { this->ask(r, std::move(reply)); };
   hub_ = std::make_unique<Hub>(io, std::move(cfg));
 }
 
@@ -98,9 +99,12 @@ void Operations::child_ended(const std::string& child_id) {
   for (auto& w : woken) w.done(*info);
 }
 
-bool Operations::cancel(const std::string& child_id, const std::string& reason) { return hub_->cancel(child_id, reason); }
+bool Operations::cancel(const std::string& child_id, const std::string& reason) {
+  return hub_->cancel(child_id, reason);
+}
 
 void Operations::apply(const std::string& child_id, bool allow_flagged, std::function<void(ApplyResult)> done) {
+  if (ended_called_) return done(ApplyResult{false, "refused: the supervisor is ending; nothing was changed", {}});
   applies_.push_back({child_id, allow_flagged, std::move(done)});
   next_apply();
 }
@@ -109,11 +113,13 @@ void Operations::next_apply() {
   // One at a time: two applies to one workspace must not interleave their git steps.
   if (applying_ || applies_.empty()) return;
   applying_ = true;
-  const fs::path state_dir = hub_->config().workspaces.state_dir;
+  const WorkspaceConfig dirs = hub_->config().workspaces;
   const PendingApply& next = applies_.front();
   jobs_.run(
       io_,
-      [state_dir, id = next.child_id, flagged = next.allow_flagged] { return apply_child_work(state_dir, id, flagged); },
+      [dirs, id = next.child_id, flagged = next.allow_flagged] {
+        return apply_child_work(dirs.state_dir, dirs.lock_dir, id, flagged);
+      },
       [this](Outcome<ApplyResult> r) {
         PendingApply a = std::move(applies_.front());
         applies_.pop_front();
@@ -141,6 +147,7 @@ void Operations::finish_if_ended() {
   if (!hub_ended_ || !applies_.empty() || !ended_) return;
   auto done = std::move(ended_);
   ended_ = nullptr;
+  ended_called_ = true;
   done();
 }
 
@@ -178,6 +185,10 @@ void Operations::shutdown(const std::string& why, std::function<void()> done) {
 
 void Operations::drain(const std::string& denied_why, std::function<void()> done) {
   denied_why_ = denied_why;
+  // Nobody can answer the approvals already asked either.
+  auto pending = std::move(pending_approvals_);
+  pending_approvals_.clear();
+  for (auto& [id, p] : pending) p.reply(false, denied_why);
   ended_ = std::move(done);
   hub_->drain([this] { hub_finished(); });
 }

@@ -84,10 +84,12 @@ class Operations {
   // false when the id is unknown. A queued child ends at once with a cancelled envelope.
   bool cancel(const std::string& child_id, const std::string& reason);
   // Applies what a finished child left (its patch, or its held later-execution files), off the loop,
-  // one apply at a time; `done` runs on the loop with the result (an unknown id is a result too).
+  // one apply at a time; `done` runs on the loop with the result (an unknown id is a result too), at
+  // once (refused) when the layer has ended.
   void apply(const std::string& child_id, bool allow_flagged, std::function<void(ApplyResult)> done);
   // Answers an approval this layer asked the parent for; false when the id is unknown (answered,
-  // timed out, or never asked).
+  // never asked, or its child has ended). One the session timed out is still known here: the
+  // answer then reaches nobody.
   bool approve(const std::string& approval_id, bool allow, const std::string& reason);
   // True while `approval_id` waits for an answer.
   bool asking(const std::string& approval_id) const { return pending_approvals_.count(approval_id) != 0; }
@@ -99,8 +101,8 @@ class Operations {
   // Every child cancelled and every pending approval denied with `why`; `done` once every envelope
   // is delivered and every apply already asked for has been answered.
   void shutdown(const std::string& why, std::function<void()> done);
-  // No new children; those there are finish on their own, and an approval asked from now on is
-  // denied with `denied_why` (the parent can no longer answer). `done` as in shutdown.
+  // No new children; those there are finish on their own, and every approval pending or asked from
+  // now on is denied with `denied_why` (the parent can no longer answer). `done` as in shutdown.
   void drain(const std::string& denied_why, std::function<void()> done);
 
   const HubConfig& config() const noexcept { return hub_->config(); }
@@ -140,6 +142,7 @@ class Operations {
   bool applying_ = false;
   std::function<void()> ended_;  // shutdown's or drain's `done`, once the hub and the applies are done
   bool hub_ended_ = false;
+  bool ended_called_ = false;  // an apply asked for after that is refused at once
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   OffloadGroup jobs_;  // last: destroyed first, so no apply result arrives at a half-destroyed layer
 };

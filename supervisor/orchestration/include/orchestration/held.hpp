@@ -93,9 +93,4 @@ struct ReleaseResult {
 // symlink; missing parent directories are created.
 ReleaseResult release_held(const std::filesystem::path& state_dir, const std::string& id, bool allow_flagged);
 
-// `subagent-supervisor apply ID` (and serve's `apply`, MCP's `agent_apply`): the implementation
-// child's patch (apply_patch), or the worker's held later-execution files (release_held), whichever
-// the child left.
-ApplyResult apply_child_work(const std::filesystem::path& state_dir, const std::string& id, bool allow_flagged);
-
 }  // namespace supervisor
