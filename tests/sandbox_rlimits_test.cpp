@@ -1,7 +1,6 @@
 // rlimits and the process cap: each limit holds a bomb that runs to completion without the sandbox.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -174,8 +174,8 @@ void ChildSession::on_started(std::unique_ptr<RunningChild> child, const std::st
   if (!child) return start_failed(error);
   child_ = std::move(child);
   runtime_state_ = RuntimeState::running;
-  layers_applied_ = child_->layers().applied;
-  layers_missing_ = child_->layers().missing;
+  layers_applied_ = sandbox::layer_names(child_->layers().applied);
+  layers_missing_ = sandbox::layer_names(child_->layers().missing);
   to_child_.assign(child_->take_stdin());
   from_child_.assign(child_->take_stdout());
   child_err_.assign(child_->take_stderr());

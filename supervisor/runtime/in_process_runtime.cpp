@@ -214,7 +214,7 @@ class InProcessChild final : public RunningChild {
     stdout_ = fds[1];
     stderr_ = fds[2];
     runtime_id_ = "in-process-" + std::to_string(n);
-    for (sandbox::Layer l : sandbox::kLayers) layers_.missing.emplace_back(sandbox::to_string(l));
+    layers_.missing.assign(sandbox::kLayers.begin(), sandbox::kLayers.end());
   }
   ~InProcessChild() override {
     close_untaken();

@@ -212,7 +212,7 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
     try {
       plan_ = std::move(*plan.value);
       layers_ = {};
-      for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_.applied : layers_.missing).push_back(l.name);
+      for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_.applied : layers_.missing).push_back(l.layer);
       pending_.emplace(sandbox::start(*plan_));
       const int status_fd = ::fcntl(pending_->status_fd(), F_DUPFD_CLOEXEC, 0);
       if (status_fd < 0) throw std::system_error(errno, std::generic_category(), "dup of the launch's status pipe");
@@ -333,7 +333,7 @@ class PendingLocalStart final : public PendingStart {
 
 RuntimeAbilities LocalRuntime::abilities() const {
   RuntimeAbilities a;
-  for (sandbox::Layer l : sandbox::kLayers) a.layers.emplace_back(sandbox::to_string(l));
+  a.layers.assign(sandbox::kLayers.begin(), sandbox::kLayers.end());
   return a;
 }
 

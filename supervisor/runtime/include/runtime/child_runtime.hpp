@@ -32,6 +32,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "policy/preset.hpp"
+#include "sandbox/layer.hpp"
 
 namespace supervisor {
 
@@ -62,10 +63,10 @@ struct ChildEnd {
   std::string detail;
 };
 
-// The sandbox a runtime applied to one child, by layer name (sandbox/layer.hpp's spelling).
+// The sandbox a runtime applied to one child (sandbox/layer.hpp: names only where reported).
 struct AppliedLayers {
-  std::vector<std::string> applied;
-  std::vector<std::string> missing;
+  std::vector<sandbox::Layer> applied;
+  std::vector<sandbox::Layer> missing;
 };
 
 // A descriptor a launch hands back to the supervisor (e.g. a listening socket made inside the child's
@@ -85,7 +86,7 @@ struct RuntimeMount {
 // What a runtime can do, for `policy explain`, envelopes and choosing one. Stated once per runtime,
 // not per child (a child's own report is RunningChild::layers()).
 struct RuntimeAbilities {
-  std::vector<std::string> layers;  // the layers it can apply (a kernel may still refuse some)
+  std::vector<sandbox::Layer> layers;  // the layers it can apply (a kernel may still refuse some)
   bool may_queue = false;           // a start can wait in a queue (on_state(queued))
   bool may_lose = false;            // a running child can be lost (ChildEnd::state lost)
   bool hands_back_fds = false;      // LaunchSpec::handed_fds is honoured
