@@ -87,10 +87,10 @@ struct RuntimeMount {
 // not per child (a child's own report is RunningChild::layers()).
 struct RuntimeAbilities {
   std::vector<sandbox::Layer> layers;  // the layers it can apply (a kernel may still refuse some)
-  bool may_queue = false;           // a start can wait in a queue (on_state(queued))
-  bool may_lose = false;            // a running child can be lost (ChildEnd::state lost)
-  bool hands_back_fds = false;      // LaunchSpec::handed_fds is honoured
-  bool makes_mounts = false;        // RunningChild::mounts() can be non-empty
+  bool may_queue = false;              // a start can wait in a queue (on_state(queued))
+  bool may_lose = false;               // a running child can be lost (ChildEnd::state lost)
+  bool hands_back_fds = false;         // LaunchSpec::handed_fds is honoured
+  bool makes_mounts = false;           // RunningChild::mounts() can be non-empty
 };
 
 class RunningChild {
