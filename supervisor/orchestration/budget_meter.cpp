@@ -5,26 +5,6 @@
 
 namespace supervisor {
 
-const char* to_string(Budget b) noexcept {
-  switch (b) {
-    case Budget::steps:
-      return "steps";
-    case Budget::tool_calls:
-      return "tool_calls";
-    case Budget::tokens:
-      return "tokens";
-    case Budget::thinking_tokens:
-      return "thinking_tokens";
-    case Budget::cost:
-      return "cost";
-    case Budget::time:
-      return "time";
-    case Budget::disk:
-      return "disk";
-  }
-  return "tokens";
-}
-
 std::uint64_t BudgetMeter::tokens_left() const {
   return budgets_.max_tokens > usage_.total() ? budgets_.max_tokens - usage_.total() : 0;
 }

@@ -315,18 +315,4 @@ Preset load_preset_undigested(const std::string& name_or_path, const fs::path& p
   return p;
 }
 
-protocol::Limits child_limits(const Budgets& b) {
-  protocol::Limits l;
-  l.max_steps = b.max_steps;
-  l.max_tool_calls = b.max_tool_calls;
-  l.max_tokens = b.max_tokens;
-  l.timeout_ms = b.timeout_ms;
-  l.summary_bytes = b.summary_bytes;
-  l.answer_bytes = b.answer_bytes;
-  l.tool_result_bytes = b.tool_result_bytes;
-  l.max_thinking_tokens = b.max_thinking_tokens;
-  l.wrap_up_grace_ms = b.wrap_up_grace_ms;
-  return l;
-}
-
 }  // namespace supervisor

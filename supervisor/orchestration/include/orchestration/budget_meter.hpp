@@ -26,12 +26,6 @@ inline constexpr std::uint64_t kWrapUpTurnTokens = 4096;
 // A call starts only if its estimated input plus this much output fits in what the budgets leave.
 inline constexpr std::uint64_t kMinOutputTokens = 256;
 
-// Which budget ended a child's work (the envelope's "budget", the wrap_up message's).
-enum class Budget { steps, tool_calls, tokens, thinking_tokens, cost, time, disk };
-// "steps", "tool_calls", "tokens", "thinking_tokens", "cost", "time", "disk" (a writer's
-// writes.max_disk_bytes: watched by the session, not metered here)
-const char* to_string(Budget b) noexcept;
-
 struct Exhausted {
   Budget budget;
   std::string why;  // "step budget exhausted (10 of 10)"

@@ -3,8 +3,11 @@
 // error names the field that asked for more ("limits.max_steps 500 exceeds the parent's scope
 // max_steps 100 ...", "tools: 'shell' is outside the parent's scope").
 //
+// The budgets themselves, and tighten() of a base by a request, are policy/budget_rules.hpp's; this
+// file adds the parent's scope around them.
+//
 // Errors: exceptions. ScopeError for presets, tools and domains outside the scope or the preset;
-// WideningError (an std::invalid_argument) for a budget above its base or of 0 where 0 cannot run.
+// WideningError (policy/budget_rules.hpp) for a budget above its base or of 0 where 0 cannot run.
 #pragma once
 
 #include <cstdint>
@@ -16,19 +19,6 @@
 #include "policy/preset.hpp"
 
 namespace supervisor {
-
-// Per-spawn (or per-scope) budget values; an absent one keeps its base.
-struct BudgetOverrides {
-  std::optional<std::uint64_t> max_steps;
-  std::optional<std::uint64_t> max_tool_calls;
-  std::optional<std::uint64_t> max_tokens;
-  std::optional<std::uint64_t> max_thinking_tokens;
-  std::optional<std::uint64_t> timeout_ms;
-  std::optional<std::uint64_t> summary_bytes;
-  std::optional<std::uint64_t> answer_bytes;
-  std::optional<std::uint64_t> wrap_up_grace_ms;
-  std::optional<double> max_cost_usd;
-};
 
 // What the parent itself may do, as it declared (serve's hello). An absent list means "not
 // declared": then only the presets' own limits apply.
@@ -45,16 +35,6 @@ class ScopeError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Thrown when an override asks for more than the base allows; what() names the field and both values:
-// "--max-steps 500 exceeds the preset explore's max_steps 100 (limits may only tighten)". Also for
-// an override of 0 where 0 would end the child before it starts (steps, tokens, timeout, summary and
-// answer bytes): "--max-steps 0: must be at least 1 ...". 0 stays valid for tool calls (a child that
-// answers from its brief), thinking tokens (no thinking) and the wrap-up grace (none).
-class WideningError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
 // The preset may be spawned under `scope` (its name is in scope.presets, when that is declared).
 void check_preset_in_scope(const std::string& preset, const Scope& scope);
 
@@ -67,12 +47,6 @@ Preset narrow_tools(const Preset& p, const std::vector<std::string>& tools);
 Preset scoped_preset(const Preset& p, const Scope& scope, const std::optional<std::vector<std::string>>& tools,
                      const std::optional<std::vector<std::string>>& domains);
 
-// `who` names the base in errors ("the preset explore", "the parent's scope"); `field_prefix`
-// names the request's fields: empty for command-line flags ("--max-steps"), or e.g. "limits." for a
-// JSON request ("limits.max_steps").
-Budgets tighten(const Budgets& base, const BudgetOverrides& o, const std::string& who,
-                const std::string& field_prefix = "");
-
 // The parent's scope caps the cost budget like the others: a spawn asking more than the scope's
 // max_cost_usd is refused (WideningError naming limits.max_cost_usd); otherwise the scope's lowers it.
 void cap_cost_by_scope(Budgets& b, const BudgetOverrides& scope, const BudgetOverrides& limits);
@@ -80,8 +54,5 @@ void cap_cost_by_scope(Budgets& b, const BudgetOverrides& scope, const BudgetOve
 // The budgets a child gets: the preset's, capped by the parent's scope, tightened by the spawn's
 // limits. A limit above the scope or the preset throws WideningError naming it.
 Budgets effective_budgets(const Preset& p, const Scope& scope, const BudgetOverrides& limits);
-
-// "$0.25" style text for errors and reasons.
-std::string format_usd(double v);
 
 }  // namespace supervisor

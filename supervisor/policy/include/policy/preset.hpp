@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policy/budget_rules.hpp"
 #include "policy/jsonc.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/policy.hpp"
@@ -37,21 +38,6 @@ enum class WorkspaceMode {
 const char* to_string(WorkspaceMode m) noexcept;
 // The mode a policy names, or nullopt for any other text.
 std::optional<WorkspaceMode> parse_workspace_mode(std::string_view text) noexcept;
-
-struct Budgets {
-  std::uint64_t max_steps = 100;
-  std::uint64_t max_tool_calls = 200;
-  std::uint64_t max_tokens = 1'000'000;
-  std::uint64_t max_thinking_tokens = 200'000;
-  std::uint64_t timeout_ms = 30 * 60 * 1000;
-  std::uint64_t summary_bytes = 2000;
-  std::uint64_t answer_bytes = 48000;
-  std::uint64_t tool_result_bytes = 16000;
-  std::uint64_t wrap_up_grace_ms = 10'000;
-  // Estimated spend in US dollars at the model config's prices (none: no cost budget). Needs a price
-  // for the child's model; enforced with the same reservation as tokens (protocol/README.md).
-  std::optional<double> max_cost_usd;
-};
 
 // An argument rule: when `tool` is called with arguments matching `when`, the decision is `decision`.
 // Supported matchers (see policies/README.md): {"command_prefix": [..]}, {"path_under": [..]}.
@@ -158,9 +144,6 @@ class PresetCatalog {
   std::filesystem::path dir_;
   std::map<std::string, Entry> by_name_;
 };
-
-// The limits a child is told in its welcome (protocol/README.md), from the budgets it runs under.
-protocol::Limits child_limits(const Budgets& b);
 
 // Reads a JSON-with-comments file; throws PresetError naming the file and the position of a parse
 // error or of a key an object repeats (refused: which of the two counts is invisible in the text).
