@@ -18,18 +18,20 @@ namespace proto = protocol;
 namespace {
 
 // A child that asks to run one command (the worker preset marks run_command "ask"), reports what it
-// was told in its final summary ("allowed" or "denied: REASON"), and exits. Until told, it waits.
-ChildScript asks_once() {
-  return [](std::shared_ptr<ScriptedChild> c) {
+// was told in its final summary ("allowed" or "denied: REASON"), and exits. Until told, it waits;
+// `stay`: once told, it goes on waiting until wrap_up.
+ChildScript asks_once(bool stay = false) {
+  return [stay](std::shared_ptr<ScriptedChild> c) {
     c->send(proto::Hello{{1}, "script/1"});
     std::weak_ptr<ScriptedChild> weak = c;
-    c->on_message([weak](const proto::SupervisorMessage& m) {
+    c->on_message([weak, stay](const proto::SupervisorMessage& m) {
       auto child = weak.lock();
       if (!child) return;
       if (std::holds_alternative<proto::Welcome>(m)) {
         child->send(proto::ToolRequest{"t1", "run_command", {{"command", "true"}}});
       } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
         if (d->allow) child->send(proto::ToolDone{d->id, true, 1, {}});
+        if (stay) return;
         child->send(proto::Final{d->allow ? "allowed" : "denied: " + d->reason, "a", json::object()});
         child->exit(0);
       } else if (std::holds_alternative<proto::WrapUp>(m)) {
@@ -277,6 +279,21 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
     CHECK(env->status == proto::Status::cancelled);
     CHECK_FALSE(ops.asking(asked[0]));
     CHECK_FALSE(ops.approve(asked[0], true, "too late"));
+  }
+  SUBCASE("the session's approval timeout denies it: the layer forgets it too, while the child runs on") {
+    Fixture f(asks_once(/*stay=*/true));
+    f.cfg.approval_timeout = std::chrono::milliseconds(200);
+    std::vector<std::string> asked;
+    Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
+    std::optional<proto::Envelope> env;
+    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.run_until([&] { return !asked.empty(); });
+    CHECK(ops.asking(asked[0]));
+    f.run_until([&] { return !ops.asking(asked[0]); });
+    CHECK_FALSE(env.has_value());  // forgotten by the timeout, not by the child's end
+    CHECK_FALSE(ops.approve(asked[0], true, "too late"));
+    ops.shutdown("the test ends", [] {});
+    f.run_until([&] { return env.has_value(); });
   }
   SUBCASE("drain: the pending approval is denied, so the child finishes without waiting for its timeout") {
     Fixture f(asks_once());

@@ -154,7 +154,12 @@ void Operations::finish_if_ended() {
 void Operations::ask(const ApprovalRequest& r, ApprovalReply reply) {
   if (!denied_why_.empty()) return reply(false, denied_why_);
   std::string id = "a" + std::to_string(++next_approval_);
-  pending_approvals_[id] = {r.child_id, std::move(reply)};
+  auto expiry = std::make_unique<boost::asio::steady_timer>(io_, hub_->config().approval_timeout);
+  std::weak_ptr<int> alive = alive_;
+  expiry->async_wait([this, alive, id](boost::system::error_code ec) {
+    if (!ec && !alive.expired()) pending_approvals_.erase(id);  // the session denied it at the same timeout
+  });
+  pending_approvals_[id] = {r.child_id, std::move(reply), std::move(expiry)};
   ask_parent_(id, r);
 }
 

@@ -88,8 +88,7 @@ class Operations {
   // once (refused) when the layer has ended.
   void apply(const std::string& child_id, bool allow_flagged, std::function<void(ApplyResult)> done);
   // Answers an approval this layer asked the parent for; false when the id is unknown (answered,
-  // never asked, or its child has ended). One the session timed out is still known here: the
-  // answer then reaches nobody.
+  // never asked, timed out, or its child has ended).
   bool approve(const std::string& approval_id, bool allow, const std::string& reason);
   // True while `approval_id` waits for an answer.
   bool asking(const std::string& approval_id) const { return pending_approvals_.count(approval_id) != 0; }
@@ -118,6 +117,8 @@ class Operations {
   struct PendingApproval {
     std::string child_id;
     ApprovalReply reply;
+    // Forgets it when the session's own approval timeout has denied it (HubConfig::approval_timeout).
+    std::unique_ptr<boost::asio::steady_timer> expiry;
   };
   struct PendingApply {
     std::string child_id;
