@@ -80,6 +80,22 @@ TEST_CASE("invalid UTF-8 is a frame error; valid multi-byte text is not") {
   for (int i = 1; i < 6; ++i) CHECK(f[i].error == FrameError::invalid_utf8);
 }
 
+TEST_CASE("a bad byte anywhere in a long ASCII run is found, and a good one passes (the eight-byte fast path)") {
+  for (std::size_t at = 0; at + 2 <= 40; ++at) {
+    CAPTURE(at);
+    std::string s(40, 'a');
+    CHECK(protocol::is_valid_utf8(s));
+    s[at] = '\x80';  // a lone continuation byte
+    CHECK_FALSE(protocol::is_valid_utf8(s));
+    s.replace(at, 2, "\xC3\xA9");  // é
+    CHECK(protocol::is_valid_utf8(s));
+    s.replace(at, 2, "\xC0\xAF");  // overlong
+    CHECK_FALSE(protocol::is_valid_utf8(s));
+  }
+  CHECK_FALSE(protocol::is_valid_utf8(std::string(64, 'a') + "\xE2\x82"));  // cut at the end
+  CHECK(protocol::is_valid_utf8(std::string(64, 'a') + "\xE2\x82\xAC"));
+}
+
 TEST_CASE("utf8_prefix_length never cuts inside a character") {
   const std::string s = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";  // a é € 😀 : 1+2+3+4 bytes
   CHECK(protocol::utf8_prefix_length(s, 100) == s.size());

@@ -407,3 +407,73 @@ TEST_CASE("a request already sent when the parent cancels runs nothing; the same
     }
   }
 }
+
+TEST_CASE("a line of over 64 KiB is decoded off the loop, in order with the lines sent after it") {
+  // The long line and two short ones in one write: the short ones wait for the long one's decoding.
+  auto decided = std::make_shared<std::vector<std::string>>();
+  Spec s;
+  s.script = [decided](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    ScriptedChild* raw = c.get();
+    c->on_message([raw, decided](const proto::SupervisorMessage& m) {
+      if (std::holds_alternative<proto::Welcome>(m)) {
+        const std::string big(200 * 1024, 'b');
+        raw->send_raw(proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", big}}}) +
+                      proto::encode_line(proto::ToolRequest{"t2", "grep", json{{"pattern", "small"}}}) +
+                      proto::encode_line(proto::Log{"info", "after the long line"}));
+      } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+        decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
+        if (decided->size() < 2) return;
+        raw->send(proto::ToolDone{"t1", true, 1, {}});
+        raw->send(proto::ToolDone{"t2", true, 1, {}});
+        raw->send(proto::Final{"both ran", "both ran", json::object()});
+        raw->exit(0);
+      }
+    });
+  };
+  auto r = run(s);
+  CHECK(r.env.status == Status::completed);
+  CHECK(r.env.tool_calls == 2);
+  CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow"});
+  std::vector<std::string> order;
+  for (const auto& e : r.events)
+    if (e["event"] == "tool_decision") order.push_back(e["id"]);
+  CHECK(order == std::vector<std::string>{"t1", "t2"});
+  const json* first = r.first("tool_decision");
+  REQUIRE(first);
+  CHECK((*first)["args"]["pattern"].get<std::string>().size() == 200 * 1024);  // whole, as the child sent it
+  bool logged = false;
+  for (const auto& l : r.logs) logged = logged || l.find("after the long line") != std::string::npos;
+  CHECK(logged);
+}
+
+TEST_CASE("a child that exits right after a long line and its final loses neither") {
+  // Twin: the same with a short line. Both must complete with the final's answer.
+  for (const std::size_t size : {std::size_t{100}, std::size_t{300 * 1024}}) {
+    CAPTURE(size);
+    Spec s;
+    s.script = hello_then([size](ScriptedChild& child) {
+      child.send_raw(proto::encode_line(proto::Log{"info", std::string(size, 'l')}) +
+                     proto::encode_line(proto::Final{"said it all", "the last word", json::object()}));
+      child.exit(0);
+    });
+    auto r = run(s);
+    CHECK(r.env.status == Status::completed);
+    CHECK(r.env.answer.text == "the last word");
+  }
+}
+
+TEST_CASE("a long line that is not a message ends the child with a protocol error naming it, as a short one does") {
+  for (const std::size_t size : {std::size_t{10}, std::size_t{100 * 1024}}) {
+    CAPTURE(size);
+    Spec s;
+    s.script = hello_then([size](ScriptedChild& child) {
+      child.send_raw("{\"type\":\"tool_request\",\"id\":\"t1\",\"tool\":\"grep\",\"args\":\"" + std::string(size, 'x') +
+                     "\"}\n");
+    });
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find("protocol error: ") == 0);
+    CHECK(r.env.reason.find("args") != std::string::npos);
+  }
+}

@@ -779,6 +779,35 @@ TEST_CASE("secrets planted in the brief, a tool call, a tool result, a model rep
   CHECK(r.events.back()["envelope"]["transcript"] == *r.env.transcript);
 }
 
+TEST_CASE("secrets in a tool call of over 64 KiB (decoded and scrubbed off the loop) survive nowhere") {
+  // A line this long is decoded on a worker, which scrubs the call's arguments for its event there
+  // (orchestration/session.hpp, kOffloadLine): the same promise as the planted-secret test above.
+  ::setenv(kEnvName, kEnvValue, 1);
+  test::TempDir store;
+  const std::string pattern =
+      "BIG-ARGS " + all_secrets("HEAD") + " " + std::string(80 * 1024, 'p') + " " + all_secrets("TAIL");
+  Run r = run_session(store.path(), "a brief", "a reply", pattern, "a file");
+  ::unsetenv(kEnvName);
+  CHECK(r.env.status == protocol::Status::completed);
+  REQUIRE(r.env.transcript);
+  std::string events;
+  for (const auto& e : r.events) events += e.dump() + "\n";
+  check_absent(everything_in(store.path()), "the store directory");
+  check_absent(events, "the event stream");
+  // The twin half: the call took the long-line path, and its text arrived, redacted, head and tail
+  // (the transcript keeps the first 64 KiB of a string; the event stream has it whole).
+  bool seen = false;
+  for (const auto& e : r.events)
+    if (e["event"] == "tool_decision" && e["tool"] == "grep") {
+      const std::string p = e["args"]["pattern"];
+      seen = p.size() > 64 * 1024 && p.find("BIG-ARGS") == 0 &&
+             p.find("HEAD [REDACTED:openai_key] end") != std::string::npos &&
+             p.find("TAIL [REDACTED:anthropic_key] end") != std::string::npos;
+    }
+  CHECK(seen);
+  CHECK(everything_in(store.path()).find("HEAD [REDACTED:github_token] end") != std::string::npos);
+}
+
 TEST_CASE("the same planted text without secrets survives intact (twin of the planted-secret test)") {
   test::TempDir store;
   const std::vector<std::string> harmless = {

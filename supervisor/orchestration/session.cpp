@@ -102,11 +102,12 @@ Progress ChildSession::progress() const {
   return p;
 }
 
-void ChildSession::emit(json event) {
+void ChildSession::emit(json event, Scrubbed args) {
   if (!cfg_.on_event) return;
   event["child"] = cfg_.id;
   event["elapsed_ms"] = elapsed_ms();
-  cfg_.on_event(event);
+  if (args == Scrubbed::yes && cfg_.on_event_args_scrubbed) return cfg_.on_event_args_scrubbed(std::move(event));
+  cfg_.on_event(std::move(event));
 }
 
 void ChildSession::report_progress() {
@@ -339,6 +340,7 @@ void ChildSession::kill_tree(const std::string& why) {
 
 void ChildSession::maybe_finish() {
   if (done_ || !exited_ || !stdout_eof_) return;
+  if (intake_busy_ || !held_frames_.empty()) return;  // on_intake_done() comes back here
   finish();
 }
 

@@ -303,14 +303,20 @@ void ChildSession::record_decision(proto::ToolRequest& m, const char* decision, 
   json ev = make_event(EventKind::tool_decision);
   ev["id"] = m.id;
   ev["tool"] = m.tool;
-  if (take_args)
+  Scrubbed args = Scrubbed::no;
+  if (args_scrubbed_) {  // the intake scrubbed them off the loop (a large request)
+    ev["args"] = std::move(*args_scrubbed_);
+    args_scrubbed_.reset();
+    args = Scrubbed::yes;
+  } else if (take_args) {
     ev["args"] = std::move(m.args);
-  else
+  } else {
     ev["args"] = m.args;
+  }
   ev["decision"] = decision;
   ev["rule"] = rule;
   ev["reason"] = reason;
-  emit(std::move(ev));
+  emit(std::move(ev), args);
 }
 
 void ChildSession::decide_tool(proto::ToolRequest& m) {

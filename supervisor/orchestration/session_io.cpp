@@ -28,10 +28,23 @@ void ChildSession::do_read() {
 void ChildSession::on_readable(boost::system::error_code ec) {
   if (ec) return on_read_end(ec);  // cancelled (the drain timer gave up) or the descriptor failed
   const int fd = from_child_.native_handle();
-  for (;;) {
+  for (std::size_t taken = 0;;) {
+    if (taken >= kReadPerTurn) {
+      // Enough for one turn: the other children's ready pipes and timers go first.
+      asio::post(io_, [self = shared_from_this()] {
+        if (!self->stdout_eof_ && self->from_child_.is_open() && !self->intake_busy_) self->on_readable({});
+      });
+      return;
+    }
     const ssize_t n = ::read(fd, read_buf_.data(), read_buf_.size());
     if (n > 0) {
+      taken += static_cast<std::size_t>(n);
       consume(std::string_view(read_buf_.data(), static_cast<std::size_t>(n)));
+      if (intake_busy_) {  // a large line is being decoded: read on once it is handled
+        read_paused_ = true;
+        return;
+      }
+      if (state_ == State::done || !from_child_.is_open()) return;
       if (static_cast<std::size_t>(n) < read_buf_.size()) break;  // the pipe is empty now
       continue;
     }
@@ -50,10 +63,65 @@ void ChildSession::consume(std::string_view chunk) {
 }
 
 void ChildSession::handle_frames() {
-  for (auto& f : frames_) {
+  for (std::size_t i = 0; i < frames_.size(); ++i) {
+    if (intake_busy_) {  // behind a large line: in order, after it
+      held_frames_.push_back(std::move(frames_[i]));
+      continue;
+    }
     if (state_ == State::finishing || state_ == State::done) break;
+    handle_frame(frames_[i]);
+  }
+}
+
+void ChildSession::offload_frame(proto::Frame& f) {
+  intake_busy_ = true;
+  struct Intake {
+    proto::Decoded<proto::ChildMessage> decoded;
+    std::optional<json> args_scrubbed;
+  };
+  // The worker touches only what it is given: the line and the (immutable, thread-safe) scrubber.
+  std::shared_ptr<const Scrubber> scrubber = cfg_.on_event_args_scrubbed ? cfg_.scrubber : nullptr;
+  intake_.run(
+      io_,
+      [line = std::move(f.line), scrubber] {
+        Intake in;
+        in.decoded = proto::decode_child_message(line);
+        if (scrubber && in.decoded)
+          if (auto* req = std::get_if<proto::ToolRequest>(&*in.decoded.message))
+            in.args_scrubbed = scrubber->scrub_json(req->args);
+        return in;
+      },
+      [self = shared_from_this()](Outcome<Intake> r) {
+        self->intake_busy_ = false;
+        if (self->state_ != State::finishing && self->state_ != State::done) {
+          if (!r) {
+            self->fail(proto::Status::failed, "the supervisor could not decode a line of the child's: " + r.error);
+          } else {
+            self->args_scrubbed_ = std::move(r.value->args_scrubbed);
+            self->handle_decoded(r.value->decoded);
+            self->args_scrubbed_.reset();
+          }
+        }
+        self->on_intake_done();
+      });
+}
+
+void ChildSession::on_intake_done() {
+  while (!held_frames_.empty() && !intake_busy_) {
+    proto::Frame f = std::move(held_frames_.front());
+    held_frames_.pop_front();
+    if (state_ == State::finishing || state_ == State::done) continue;  // dropped, as handle_frames drops them
     handle_frame(f);
   }
+  if (intake_busy_) return;  // another large line: its handler goes on from here
+  if (read_paused_) {
+    read_paused_ = false;
+    if (!stdout_eof_ && from_child_.is_open() && state_ != State::done) {
+      on_readable({});  // what the pipe holds now (or a wait for it)
+      return;
+    }
+  }
+  maybe_finish();
 }
 
 void ChildSession::on_read_end(boost::system::error_code) {
@@ -91,7 +159,12 @@ void ChildSession::handle_frame(proto::Frame& f) {
     return;
   }
   if (f.line.empty()) return;  // blank lines are allowed and ignored
+  if (f.line.size() >= kOffloadLine) return offload_frame(f);
   auto decoded = proto::decode_child_message(f.line);
+  handle_decoded(decoded);
+}
+
+void ChildSession::handle_decoded(proto::Decoded<proto::ChildMessage>& decoded) {
   if (!decoded) {
     fail(proto::Status::protocol_error, "protocol error: " + decoded.error);
     return;

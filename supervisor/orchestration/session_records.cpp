@@ -69,7 +69,9 @@ std::shared_ptr<SessionRecords> SessionRecords::attach(SessionConfig& cfg, std::
       r->report("transcript: " + error + " (the envelope's transcript will be null)");
     }
   }
-  cfg.on_event = [r](const json& e) { r->on_event(e); };
+  cfg.on_event = [r](json&& e) { r->on_event(std::move(e)); };
+  cfg.on_event_args_scrubbed = [r](json&& e) { r->on_event(std::move(e), Scrubbed::yes); };
+  cfg.scrubber = r->scrubber_;
   cfg.on_log = [r](const std::string& line) { r->on_log(line); };
   return r;
 }
@@ -83,15 +85,24 @@ void SessionRecords::report(const std::string& what) noexcept {
   }
 }
 
-void SessionRecords::on_event(const json& event) {
-  json clean;
+void SessionRecords::on_event(json event, Scrubbed args) {
+  json& clean = event;
+  bool scrubbed = false;
   try {
-    clean = scrubber_->scrub_json(event);
+    if (args == Scrubbed::yes && clean.is_object() && clean.contains("args")) {
+      json taken = std::move(clean["args"]);  // scrubbed with scrubber_ already: the rest only
+      clean.erase("args");
+      scrubber_->scrub_in_place(clean);
+      clean["args"] = std::move(taken);
+    } else {
+      scrubber_->scrub_in_place(clean);
+    }
+    scrubbed = true;
     const std::optional<EventKind> kind = event_kind(clean);
     if (kind == EventKind::envelope) envelope_seen_ = true;
     if (transcript_) {
       const std::string before = transcript_->error();
-      transcript_->record(clean);
+      transcript_->record(clean, store_->scrubber() == scrubber_ ? Scrubbed::yes : Scrubbed::no);
       const std::string& after = transcript_->error();
       if (!after.empty() && after != before) report("transcript: " + after);
       if (kind == EventKind::envelope && clean.contains("envelope") && clean["envelope"].is_object())
@@ -99,7 +110,8 @@ void SessionRecords::on_event(const json& event) {
             transcript_->finished() && after.empty() ? json(transcript_->path().string()) : json(nullptr);
     }
     if (audit_ && AuditLog::audited(kind)) {
-      std::string err = audit_->record(clean, AuditContext{id_, preset_, parent_});
+      std::string err = audit_->record(clean, AuditContext{id_, preset_, parent_},
+                                       audit_->scrubber() == scrubber_ ? Scrubbed::yes : Scrubbed::no);
       if (!err.empty() && err != audit_error_) report("audit: " + err);
       audit_error_ = std::move(err);
     }
@@ -108,7 +120,9 @@ void SessionRecords::on_event(const json& event) {
   } catch (...) {
     report("records: unknown error");
   }
-  if (next_event_) next_event_(clean.is_null() ? json::object() : clean);
+  if (!next_event_) return;
+  if (scrubbed && !clean.is_null()) return next_event_(std::move(clean));
+  next_event_(json::object());  // what could not be scrubbed never leaves
 }
 
 void SessionRecords::on_log(const std::string& line) {

@@ -49,7 +49,7 @@ bool AuditLog::audited(std::optional<EventKind> kind) noexcept {
   }
 }
 
-json AuditLog::line_for(const json& event, const AuditContext& who) const {
+json AuditLog::line_for(const json& event, const AuditContext& who, Scrubbed already) const {
   const std::optional<EventKind> kind = event_kind(event);
   if (!audited(kind)) return nullptr;
   json line = {{"time", rfc3339_utc()},
@@ -65,7 +65,9 @@ json AuditLog::line_for(const json& event, const AuditContext& who) const {
     if (event.contains("elapsed_ms")) line["elapsed_ms"] = event["elapsed_ms"];
   } else {
     for (auto it = event.begin(); it != event.end(); ++it)
-      if (!line.contains(it.key())) line[it.key()] = it.value();
+      if (!line.contains(it.key()))
+        line[it.key()] =
+            already == Scrubbed::yes ? detail::capped_copy(it.value(), options_.max_string_bytes) : it.value();
     if (kind == EventKind::spawn && line["preset"].get_ref<const std::string&>().empty() && event.contains("preset"))
       line["preset"] = event["preset"];
   }
@@ -74,9 +76,9 @@ json AuditLog::line_for(const json& event, const AuditContext& who) const {
   return line;
 }
 
-std::string AuditLog::record(const json& event, const AuditContext& who) noexcept {
+std::string AuditLog::record(const json& event, const AuditContext& who, Scrubbed already) noexcept {
   try {
-    json line = line_for(event, who);
+    json line = line_for(event, who, already);
     if (line.is_null()) return {};
     std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace);
     if (text.size() + 1 > options_.max_line_bytes && line.contains("args")) {

@@ -85,16 +85,38 @@ std::string detail::make_private_dirs(const fs::path& dir) {
   return {};
 }
 
+namespace {
+std::string cut_string(std::string_view s, std::size_t max) {
+  auto c = protocol::cap_utf8(s, max);
+  return c.text + "…[cut: " + std::to_string(c.original_bytes) + " bytes]";
+}
+}  // namespace
+
 void detail::cap_json_strings(json& v, std::size_t max) {
   if (v.is_string()) {
     auto& s = v.get_ref<std::string&>();
-    if (s.size() > max) {
-      auto c = protocol::cap_utf8(s, max);
-      s = c.text + "…[cut: " + std::to_string(c.original_bytes) + " bytes]";
-    }
+    if (s.size() > max) s = cut_string(s, max);
   } else if (v.is_array() || v.is_object()) {
     for (auto& item : v) cap_json_strings(item, max);
   }
+}
+
+json detail::capped_copy(const json& v, std::size_t max) {
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    return s.size() > max ? json(cut_string(s, max)) : v;
+  }
+  if (v.is_object()) {
+    json out = json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = capped_copy(it.value(), max);
+    return out;
+  }
+  if (v.is_array()) {
+    json out = json::array();
+    for (const auto& item : v) out.push_back(capped_copy(item, max));
+    return out;
+  }
+  return v;
 }
 
 namespace {
@@ -510,7 +532,7 @@ Transcript::~Transcript() {
   store_->active.erase(id_);
 }
 
-void Transcript::record(const json& event) noexcept {
+void Transcript::record(const json& event, Scrubbed already) noexcept {
   try {
     const std::optional<EventKind> kind = event_kind(event);
     if (kind == EventKind::envelope && event.contains("envelope")) {
@@ -518,8 +540,13 @@ void Transcript::record(const json& event) noexcept {
       return;
     }
     if (finished_) return;
-    json e = store_->scrubber->scrub_json(event);
-    detail::cap_json_strings(e, store_->options.max_string_bytes);
+    json e;
+    if (already == Scrubbed::yes) {
+      e = detail::capped_copy(event, store_->options.max_string_bytes);
+    } else {
+      e = store_->scrubber->scrub_json(event);
+      detail::cap_json_strings(e, store_->options.max_string_bytes);
+    }
     // One record (say a model turn that sends many long tool results) stays under its cap too:
     // every string is cut shorter until it fits, and the record says so.
     // Only the kinds that carry content can get that long; the others skip the size check.

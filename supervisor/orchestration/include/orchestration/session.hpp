@@ -2,8 +2,9 @@
 // tool decisions, enforce its budgets from outside, and produce exactly one envelope.
 //
 // Shape (after Boost.Beast's session): one object per child, paired do_read/on_read, one timer per
-// deadline, one fail() sink. Everything runs on the io_context's single thread; the public methods
-// must be called on that thread too. The session keeps itself alive (shared_from_this) until on_done
+// deadline, one fail() sink. Everything runs on the io_context's single thread (but the decoding of
+// a long line, which goes to the worker pool with a copy of nothing else: kOffloadLine); the public
+// methods must be called on that thread too. The session keeps itself alive (shared_from_this) until on_done
 // has run. Where the child runs is its runtime's business (runtime/child_runtime.hpp): the session
 // gets three pipes, an end notification and kill_tree(), and never forks, waits or reaps itself.
 //
@@ -33,6 +34,7 @@
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
 #include "orchestration/offload.hpp"
+#include "records/scrub.hpp"
 #include "runtime/child_runtime.hpp"
 #include "web/brokered_tools.hpp"
 #include "orchestration/budget_meter.hpp"
@@ -97,8 +99,14 @@ struct SessionConfig {
   std::chrono::milliseconds approval_timeout{300'000};
   Approver approver;  // empty: nobody can answer, so "ask" is denied at once
   std::shared_ptr<BrokeredTools> brokered;
-  std::function<void(const std::string& line)> on_log;        // child stderr, prefixed [subagent:<id>]
-  std::function<void(const nlohmann::json& event)> on_event;  // transcript / audit events
+  std::function<void(const std::string& line)> on_log;  // child stderr, prefixed [subagent:<id>]
+  // Transcript / audit events, handed over (SessionRecords scrubs each in place).
+  std::function<void(nlohmann::json&& event)> on_event;
+  // Optional, set by SessionRecords with on_event: takes a tool decision's event whose "args" the
+  // session already scrubbed with `scrubber` (a large request's, scrubbed off the loop with its
+  // decoding), and scrubs the rest. Without it such events go to on_event.
+  std::function<void(nlohmann::json&& event)> on_event_args_scrubbed;
+  std::shared_ptr<const Scrubber> scrubber;
   std::function<void(const Progress&)> on_progress;
   std::optional<DiskWatch> disk;  // writers: the disk budget
   // Where the child runs; null: this host's sandbox (local_runtime()).
@@ -151,6 +159,12 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void on_started(std::unique_ptr<RunningChild> child, const std::string& error);
   void on_end(const ChildEnd& end);
   void handle_frame(protocol::Frame& f);
+  // A frame's message, decoded here or by the intake (below).
+  void handle_decoded(protocol::Decoded<protocol::ChildMessage>& decoded);
+  // The intake of a large line: decoded (and a tool request's arguments scrubbed for its event) on
+  // a worker; the frames after it wait in held_frames_ and reading pauses until it is handled.
+  void offload_frame(protocol::Frame& f);
+  void on_intake_done();
   void handle(const protocol::Hello& m);
   void handle(const protocol::ModelRequest& m);
   void handle(protocol::ToolRequest& m);  // may take m.args (decide_tool)
@@ -189,7 +203,8 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void refuse_start(const std::string& reason);
   void finish();
   nlohmann::json tool_specs_for_child() const;
-  void emit(nlohmann::json event);
+  // `args`: whether the event's "args" are scrubbed already (cfg_.on_event_args_scrubbed).
+  void emit(nlohmann::json event, Scrubbed args = Scrubbed::no);
   // An "ask" nobody can take now, denied at once as `refused_as`: the reason is the rule's `why`,
   // "and `because`, so it is denied".
   void deny_ask(protocol::ToolRequest& m, const std::string& rule, const char* refused_as, const std::string& why,
@@ -222,6 +237,19 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   std::size_t stderr_logged_ = 0;
   std::deque<std::string> write_queue_;
   bool writing_ = false;
+
+  // A line of at least kOffloadLine bytes is decoded on a worker thread (with its tool request's
+  // arguments scrubbed for the decision's event), so one child's large lines do not hold up the
+  // loop for the others. Meanwhile this child is not read (its pipe fills and its writes block:
+  // push-back, nothing dropped) and the frames read after that line wait in held_frames_, in order.
+  static constexpr std::size_t kOffloadLine = 64 * 1024;
+  // At most this much of one child's output is read per turn of the loop; then the others get theirs.
+  static constexpr std::size_t kReadPerTurn = 4 * 65536;
+  bool intake_busy_ = false;
+  bool read_paused_ = false;  // do_read() is due once the intake is done
+  std::deque<protocol::Frame> held_frames_;
+  std::optional<nlohmann::json> args_scrubbed_;  // the intake's, for the decision's event
+  OffloadGroup intake_;
 
   boost::asio::steady_timer deadline_;             // the wall-clock budget
   boost::asio::steady_timer grace_;                // the wrap-up grace, once a budget is used up

@@ -60,7 +60,10 @@ class SessionRecords {
   const Scrubber& scrubber() const noexcept { return *scrubber_; }
 
   // What attach() installs as cfg.on_event / cfg.on_log.
-  void on_event(const nlohmann::json& event);
+  // Scrubs `event` in place, once: the transcript and the audit log (when they share this scrubber)
+  // and the callbacks after it all get the scrubbed event. `args` == yes: its "args" were scrubbed
+  // with this object's scrubber already (SessionConfig::on_event_args_scrubbed) and are left alone.
+  void on_event(nlohmann::json event, Scrubbed args = Scrubbed::no);
   void on_log(const std::string& line);
 
  private:
@@ -76,7 +79,7 @@ class SessionRecords {
   std::string reported_;  // the last error logged, so one failure is logged once
   std::string id_, preset_, parent_;
   std::size_t summary_cap_ = 0, answer_cap_ = 0;
-  std::function<void(const nlohmann::json&)> next_event_;
+  std::function<void(nlohmann::json&&)> next_event_;
   std::function<void(const std::string&)> next_log_;
   bool envelope_seen_ = false;
 };

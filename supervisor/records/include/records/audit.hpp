@@ -49,11 +49,13 @@ class AuditLog {
   static bool audited(std::optional<EventKind> kind) noexcept;
 
   // The line that would be written for a session event, or null for an event that is not audited.
-  nlohmann::json line_for(const nlohmann::json& event, const AuditContext& who) const;
+  // `already`: the event was scrubbed whole by this log's scrubber, so its long strings are cut
+  // while copied (the line is still scrubbed: `who` is not).
+  nlohmann::json line_for(const nlohmann::json& event, const AuditContext& who, Scrubbed already = Scrubbed::no) const;
 
   // Appends the line for a session event (others are ignored). Returns "" or an error naming the file.
   // Never throws.
-  std::string record(const nlohmann::json& event, const AuditContext& who) noexcept;
+  std::string record(const nlohmann::json& event, const AuditContext& who, Scrubbed already = Scrubbed::no) noexcept;
 
   const std::filesystem::path& file() const noexcept { return file_; }
   const std::shared_ptr<const Scrubber>& scrubber() const noexcept { return scrubber_; }

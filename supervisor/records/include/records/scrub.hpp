@@ -44,6 +44,10 @@ struct ScrubOptions {
   std::vector<std::string> literals;
 };
 
+// What a record is handed: a value its Scrubber has already scrubbed whole (the record then only
+// cuts it, and never scrubs the same text twice), or one it must scrub first.
+enum class Scrubbed { no, yes };
+
 class Scrubber {
  public:
   // Built-in patterns only: no environment values, no literals.

@@ -58,6 +58,9 @@ namespace detail {
 // Cuts every string in `v` to `max` bytes on a UTF-8 boundary, noting how long it was. Used after
 // scrubbing, so a cut never leaves the first half of a secret the scrubber could have recognised.
 void cap_json_strings(nlohmann::json& v, std::size_t max);
+// A copy of `v` with every string cut as cap_json_strings() cuts it, made without copying the
+// parts that are cut off (a 900 KB argument costs its first `max` bytes, not a copy of it).
+nlohmann::json capped_copy(const nlohmann::json& v, std::size_t max);
 // mkdir -p; directories it creates get mode 0700. Returns "" or the error naming the directory.
 std::string make_private_dirs(const std::filesystem::path& dir);
 }  // namespace detail
@@ -129,9 +132,10 @@ class Transcript {
   Transcript(const Transcript&) = delete;
   Transcript& operator=(const Transcript&) = delete;
 
-  // Records one session event (as ChildSession emits it): scrubbed, long strings cut, a "time" added.
-  // Writes the file at key events and checkpoints. Never throws.
-  void record(const nlohmann::json& event) noexcept;
+  // Records one session event (as ChildSession emits it): scrubbed (unless `already` says the
+  // store's own scrubber did that), long strings cut, a "time" added. Writes the file at key
+  // events and checkpoints. Never throws.
+  void record(const nlohmann::json& event, Scrubbed already = Scrubbed::no) noexcept;
   // Records the envelope (scrubbed; its "transcript" set to this file) and writes the final version.
   // Returns whether the file on disk now holds it.
   bool record_envelope(const nlohmann::json& envelope) noexcept;
