@@ -829,3 +829,31 @@ TEST_CASE("the same planted text without secrets survives intact (twin of the pl
   }
   CHECK(everything_in(store.path()).find("[REDACTED:") == std::string::npos);
 }
+
+TEST_CASE(
+    "one record stays under max_record_bytes: its strings are cut shorter and it says so; a smaller one is whole") {
+  test::TempDir d;
+  TranscriptStore store(options_in(d.path()), patterns_only());
+  std::string err;
+  auto t = store.open(header("cut0001"), err);
+  REQUIRE_MESSAGE(t, err);
+  const std::size_t max_record = store.options().max_record_bytes, max_string = store.options().max_string_bytes;
+  // Twelve strings at the per-string cap are over the record cap; two are under it. Control
+  // characters print as six-byte escapes, so the pair of those is over it too.
+  json big = json::object(), small = json::object(), escaped = json::object();
+  for (int i = 0; i < 12; ++i) big["s" + std::to_string(i)] = std::string(max_string, 'a' + i % 26);
+  for (int i = 0; i < 2; ++i) small["s" + std::to_string(i)] = std::string(max_string, 'k');
+  for (int i = 0; i < 2; ++i) escaped["s" + std::to_string(i)] = std::string(max_string, '\x01');
+  t->record({{"event", "tool_decision"}, {"id", "t1"}, {"tool", "grep"}, {"args", big}});
+  t->record({{"event", "tool_decision"}, {"id", "t2"}, {"tool", "grep"}, {"args", small}});
+  t->record({{"event", "tool_decision"}, {"id", "t3"}, {"tool", "grep"}, {"args", escaped}});
+  REQUIRE(t->flush());
+  json doc = parse_file(t->path());
+  REQUIRE(doc["events"].size() == 3);
+  for (const json& e : doc["events"]) CHECK(e.dump().size() <= max_record);
+  CHECK(doc["events"][0].value("record_cut", false));
+  CHECK(doc["events"][0]["args"]["s0"].get<std::string>().size() < max_string / 2);
+  CHECK_FALSE(doc["events"][1].contains("record_cut"));
+  CHECK(doc["events"][1]["args"]["s1"] == std::string(max_string, 'k'));
+  CHECK(doc["events"][2].value("record_cut", false));
+}

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -231,6 +232,30 @@ void append_event_text(std::string& out, const json& e, bool first) {
   for (char c : d) {
     out += c;
     if (c == '\n') out += "  ";
+  }
+}
+
+// An upper bound of v.dump().size() found without printing: every character of a string (or key)
+// as a six-byte \uXXXX escape, every number at most 32 bytes. Most events are far under the record
+// cap by this bound alone, so they are never printed just to be measured.
+std::size_t dump_bound(const json& v) {
+  switch (v.type()) {
+    case json::value_t::string:
+      return 6 * v.get_ref<const std::string&>().size() + 2;
+    case json::value_t::object: {
+      std::size_t n = 2;
+      for (auto it = v.begin(); it != v.end(); ++it) n += 6 * it.key().size() + 4 + dump_bound(it.value());
+      return n;
+    }
+    case json::value_t::array: {
+      std::size_t n = 2;
+      for (const auto& item : v) n += dump_bound(item) + 1;
+      return n;
+    }
+    case json::value_t::binary:
+      return std::numeric_limits<std::size_t>::max() / 2;  // never in an event: measured by printing
+    default:
+      return 32;
   }
 }
 
@@ -555,7 +580,7 @@ void Transcript::record(const json& event, Scrubbed already) noexcept {
                          kind == EventKind::approval;
     const std::size_t max_record = content ? store_->options.max_record_bytes : 0;
     for (std::size_t cap = store_->options.max_string_bytes / 4;
-         max_record && cap >= 64 && e.dump().size() > max_record; cap /= 4) {
+         max_record && cap >= 64 && dump_bound(e) > max_record && e.dump().size() > max_record; cap /= 4) {
       detail::cap_json_strings(e, cap);
       e["record_cut"] = true;
     }

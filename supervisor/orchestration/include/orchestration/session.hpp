@@ -243,8 +243,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   // loop for the others. Meanwhile this child is not read (its pipe fills and its writes block:
   // push-back, nothing dropped) and the frames read after that line wait in held_frames_, in order.
   static constexpr std::size_t kOffloadLine = 64 * 1024;
-  // At most this much of one child's output is read per turn of the loop; then the others get theirs.
-  static constexpr std::size_t kReadPerTurn = 4 * 65536;
+  // At most this much of one child's output (one read) per turn of the loop; then the others get
+  // theirs, so a child writing without pause delays another's answer by one read at most.
+  static constexpr std::size_t kReadPerTurn = 65536;
   bool intake_busy_ = false;
   bool read_paused_ = false;  // do_read() is due once the intake is done
   std::deque<protocol::Frame> held_frames_;
