@@ -22,11 +22,16 @@
 //                                    SECONDS, the final's answer listing
 //                                    "START_NS:RTT_NS" pairs (START_NS is
 //                                    CLOCK_MONOTONIC, the supervisor's
-//                                    steady_clock: no time namespace).
+//                                    steady_clock: no time namespace); or
+//                                    "flood SECONDS BYTES": grep requests
+//                                    with a pattern of BYTES, each sent as
+//                                    soon as the last is answered, for
+//                                    SECONDS (a hostile sibling).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -168,6 +173,27 @@ int paced(Lines &in, double seconds, long gap_us) {
   return 0;
 }
 
+// A hostile sibling: `grep` requests whose pattern is `bytes` long, each sent as soon as the last
+// was answered, for `seconds`; then a final. Nothing is timed here.
+int flood(Lines &in, double seconds, long bytes) {
+  const std::string pattern(static_cast<std::size_t>(bytes), 'x');
+  const std::int64_t end = now_ns() + static_cast<std::int64_t>(seconds * 1e9);
+  long i = 0;
+  for (; now_ns() < end; ++i) {
+    const std::string id = request_id(i);
+    write_all(proto::encode_line(proto::ToolRequest{id, "grep", {{"pattern", pattern}, {"path", "src"}}}));
+    std::string_view reply = in.next();
+    if (!allowed(reply)) {
+      std::fprintf(stderr, "bench_child: flood request %ld not allowed: %.*s\n", i,
+                   static_cast<int>(std::min<std::size_t>(reply.size(), 300)), reply.data());
+      return 3;
+    }
+    write_all(proto::encode_line(proto::ToolDone{id, true, 120, ""}));
+  }
+  write_all(proto::encode_line(proto::Final{"flood done", std::to_string(i), proto::json::object()}));
+  return 0;
+}
+
 // Reads the task's brief from the welcome and runs it.
 int by_brief() {
   Lines in;
@@ -181,6 +207,7 @@ int by_brief() {
   long a = 0;
   if (std::sscanf(brief.c_str(), "pingpong %ld", &a) == 1) return pingpong_after_handshake(in, a);
   if (std::sscanf(brief.c_str(), "paced %lf %ld", &seconds, &a) == 2) return paced(in, seconds, a);
+  if (std::sscanf(brief.c_str(), "flood %lf %ld", &seconds, &a) == 2) return flood(in, seconds, a);
   std::fprintf(stderr, "bench_child: unknown brief '%s'\n", brief.c_str());
   return 64;
 }
@@ -207,6 +234,14 @@ int main(int argc, char **argv) {
   if (mode == "pingpong" && argc > 2) return pingpong(std::atol(argv[2]), raw);
   if (mode == "stubborn") stubborn(raw);
   if (mode == "brief") return by_brief();
-  std::fprintf(stderr, "usage: bench_child pingpong N [--raw] | stubborn [--raw] | brief\n");
+  // The same two as a brief gives them, for the raw relay of the sibling benchmark: no handshake.
+  if ((mode == "paced" || mode == "flood") && argc > 3 && raw) {
+    Lines in;
+    return mode == "paced" ? paced(in, std::atof(argv[2]), std::atol(argv[3]))
+                           : flood(in, std::atof(argv[2]), std::atol(argv[3]));
+  }
+  std::fprintf(stderr,
+               "usage: bench_child pingpong N [--raw] | stubborn [--raw] | brief | paced SECONDS GAP_US --raw | "
+               "flood SECONDS BYTES --raw\n");
   return 64;
 }

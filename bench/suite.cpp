@@ -7,7 +7,7 @@
 //   subagent_bench [--results DIR] [--only NAME[,NAME...]] [--quick]
 //
 // Benchmarks (names for --only): spawn, broker, concurrent, memory,
-// enforcement, tools, spawnload, many. The subjects use the project's real code:
+// enforcement, tools, spawnload, many, sibling. The subjects use the project's real code:
 // supervisor::ChildSession (prepare + launch + protocol), the real
 // subagent-child, and child::run_tool inside sandbox::launch.
 #include <malloc.h>
@@ -1602,6 +1602,270 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
            fmt("%.2fx", lb.p99 / lq.p99), "-", "-"});
 }
 
+// ---- 10. a hostile sibling
+// ----------------------------------------------------------------------------
+
+// One child's round trips (one every ms, timed in the child) through a Hub, alone and then beside
+// a sibling in the same Hub that sends `grep` requests of about 900 KB (under the default line cap)
+// as fast as they are answered; the two phases alternate, each with fresh children. The rows are
+// the well-behaved child's p50 and p99 beside the sibling vs alone.
+// The floor of the sibling benchmark, in the same run: one thread and poll(2) serving the same two
+// children (unsandboxed, no handshake), each tool request answered with a prepared decision
+// (RawPeer): nothing decoded, checked or recorded. What it cannot avoid is what any relay pays: the
+// flooder's bytes read through the pipe, and the CPUs the flooder keeps busy.
+struct RelayPhase {
+  std::vector<double> rtt_us;
+  long flood_requests = 0;
+};
+
+RelayPhase relay_phase(const Env &env, double seconds, bool hostile, long flood_bytes) {
+  struct Kid {
+    pid_t pid = -1;
+    std::unique_ptr<Pipe> in, out;
+    std::string buf;
+    bool open = true;
+    std::string final_line;
+  };
+  std::vector<Kid> kids;
+  auto start = [&](const std::vector<std::string> &argv) {
+    Kid k;
+    k.in = std::make_unique<Pipe>();
+    k.out = std::make_unique<Pipe>();
+    k.pid = spawn(argv, env.child_env, k.in->read, k.out->write, -1);
+    k.in->close_read();
+    k.out->close_write();
+    kids.push_back(std::move(k));
+  };
+  if (hostile)
+    start({env.bench_child.string(), "flood", fmt("%.1f", seconds + 1.0), std::to_string(flood_bytes), "--raw"});
+  start({env.bench_child.string(), "paced", fmt("%.1f", seconds), "1000", "--raw"});
+  RawPeer peer(env);
+  std::vector<char> chunk(65536);
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Kid *> who;
+    for (Kid &k : kids)
+      if (k.open) {
+        fds.push_back({k.out->read, POLLIN, 0});
+        who.push_back(&k);
+      }
+    if (fds.empty()) break;
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("poll");
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      Kid &k = *who[i];
+      const ssize_t n = ::read(k.out->read, chunk.data(), chunk.size());
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        k.open = false;
+        continue;
+      }
+      const std::size_t scanned = k.buf.size();
+      k.buf.append(chunk.data(), static_cast<std::size_t>(n));
+      std::size_t from = 0, nl = k.buf.find('\n', scanned);
+      for (; nl != std::string::npos; from = nl + 1, nl = k.buf.find('\n', from)) {
+        const std::string line = k.buf.substr(from, nl - from);
+        bool is_done = false, is_final = false;
+        const std::string_view reply = peer.answer(line, &is_done, &is_final);
+        if (!reply.empty()) write_all(k.in->write, reply);
+        if (is_final) k.final_line = line;
+      }
+      k.buf.erase(0, from);
+    }
+  }
+  RelayPhase out;
+  for (Kid &k : kids) {
+    reap(k.pid);
+    auto d = proto::decode_child_message(k.final_line);
+    if (!d) throw std::runtime_error("sibling: a relayed child sent no final");
+    const std::string &answer = std::get<proto::Final>(*d.message).answer;
+    if (std::get<proto::Final>(*d.message).summary == "flood done") {
+      out.flood_requests = std::atol(answer.c_str());
+      continue;
+    }
+    std::istringstream in(answer);
+    std::string item;
+    while (in >> item) {
+      auto colon = item.find(':');
+      if (colon != std::string::npos) out.rtt_us.push_back(std::stod(item.substr(colon + 1)) / 1000.0);
+    }
+  }
+  out.rtt_us.erase(out.rtt_us.begin(), out.rtt_us.begin() + static_cast<long>(out.rtt_us.size() / 10));
+  return out;
+}
+
+void bench_sibling(const Options &o, const Env &env, asio::io_context &io) {
+  std::printf("[sibling] one child's round trip beside a sibling flooding ~900 KB tool requests, vs alone\n");
+  const double seconds = o.quick ? 3 : 8;
+  const int rounds = o.quick ? 1 : 2;
+  const long flood_bytes = 900'000;
+  const TempRoot temp("sibling");
+  const fs::path &root = temp.path;
+  const fs::path repo = root / "repo";
+  make_repository(repo, 20);
+  copy_policies(root / "policies");
+  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
+
+  supervisor::HubConfig cfg;
+  cfg.policy_dir = root / "policies";
+  cfg.child_executable = env.bench_child;
+  cfg.child_args = {"brief"};
+  cfg.max_concurrent = 2;
+  cfg.max_per_turn = supervisor::kMaxPerTurnCeiling;
+  cfg.default_model = "replay:" + (root / "model.jsonl").string();
+  cfg.parent = "bench";
+  cfg.workspaces = {root / "locks", root / "state"};
+  supervisor::TranscriptOptions topt;
+  topt.dir = root / "transcripts";  // the real path: transcripts written and fsync'd as in serve,
+  topt.background = true;           // on the store's writer thread, as serve and mcp set it
+  cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(topt, supervisor::default_scrubber());
+  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  supervisor::Hub hub(io, cfg);
+
+  std::vector<double> alone, beside, late_alone, late_beside;
+  long flood_requests = 0;
+  struct LoopShare {
+    double cpu_us, queued_us, wall_us;  // the loop thread's CPU, its time waiting for a CPU, the phase
+  };
+  std::vector<LoopShare> loop_alone, loop_beside;
+  // The loop's own lateness: a timer due every 2 ms, how late each one ran (into the phase's list).
+  std::vector<double> *lateness = nullptr;
+  asio::steady_timer probe(io);
+  std::function<void(Clock::time_point)> arm = [&](Clock::time_point due) {
+    probe.expires_at(due);
+    probe.async_wait([&, due](boost::system::error_code ec) {
+      if (ec || !lateness) return;
+      const auto now = Clock::now();
+      lateness->push_back(us_between(due, now));
+      arm(std::max(due + std::chrono::milliseconds(2), now));
+    });
+  };
+  auto phase = [&](bool hostile) {
+    std::optional<proto::Envelope> pinger_env, flood_env;
+    supervisor::SpawnRequest r;
+    r.preset = "explore";
+    r.workspace = repo;
+    if (hostile) {
+      r.brief = fmt("flood %.1f ", seconds + 1.0) + std::to_string(flood_bytes);
+      r.description = "bench: the hostile sibling";
+      hub.spawn(r, [&](const proto::Envelope &e) { flood_env = e; });
+    }
+    r.brief = fmt("paced %.1f 1000", seconds);
+    r.description = "bench: the child whose round trips are timed";
+    hub.spawn(r, [&](const proto::Envelope &e) { pinger_env = e; });
+    lateness = hostile ? &late_beside : &late_alone;
+    arm(Clock::now());
+    const double queued0 = thread_queued_us();
+    rusage ru0{}, ru1{};
+    ::getrusage(RUSAGE_THREAD, &ru0);
+    const auto t0 = Clock::now();
+    run_until(io, [&] { return pinger_env.has_value(); });
+    ::getrusage(RUSAGE_THREAD, &ru1);
+    const double wall = us_between(t0, Clock::now());
+    auto tv = [](const timeval &t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
+    (hostile ? loop_beside : loop_alone)
+        .push_back({tv(ru1.ru_utime) + tv(ru1.ru_stime) - tv(ru0.ru_utime) - tv(ru0.ru_stime),
+                    thread_queued_us() - queued0, wall});
+    lateness = nullptr;
+    probe.cancel();
+    run_until(io, [&] { return !hostile || flood_env.has_value(); });
+    if (pinger_env->status != proto::Status::completed)
+      throw std::runtime_error("sibling: the timed child did not complete: " + pinger_env->reason);
+    if (hostile && flood_env->status != proto::Status::completed)
+      throw std::runtime_error("sibling: the flooding child did not complete: " + flood_env->reason);
+    if (hostile) flood_requests += std::atol(flood_env->answer.text.c_str());
+    std::vector<double> v;
+    std::istringstream in(pinger_env->answer.text);
+    std::string item;
+    while (in >> item) {
+      auto colon = item.find(':');
+      if (colon != std::string::npos) v.push_back(std::stod(item.substr(colon + 1)) / 1000.0);
+    }
+    // The first 10% warm up (and, beside the sibling, start before its first request lands).
+    const std::size_t skip = v.size() / 10;
+    (hostile ? beside : alone).insert((hostile ? beside : alone).end(), v.begin() + static_cast<long>(skip), v.end());
+  };
+  std::vector<double> relay_alone, relay_beside;
+  long relay_flood = 0;
+  auto relay = [&](bool hostile) {
+    RelayPhase r = relay_phase(env, seconds, hostile, flood_bytes);
+    (hostile ? relay_beside : relay_alone)
+        .insert((hostile ? relay_beside : relay_alone).end(), r.rtt_us.begin(), r.rtt_us.end());
+    relay_flood += r.flood_requests;
+  };
+  for (int k = 0; k < rounds; ++k) {
+    phase(k % 2 == 1);
+    relay(k % 2 == 1);
+    phase(k % 2 == 0);
+    relay(k % 2 == 0);
+  }
+  bool hub_done = false;
+  hub.shutdown("benchmark done", [&] { hub_done = true; });
+  run_until(io, [&] { return hub_done; });
+  if (alone.empty() || beside.empty() || flood_requests == 0) throw std::runtime_error("sibling: no samples");
+  if (relay_alone.empty() || relay_beside.empty() || relay_flood == 0)
+    throw std::runtime_error("sibling: no relay samples");
+  const Stats a = stats(alone), b = stats(beside), la = stats(late_alone), lb = stats(late_beside),
+              ra = stats(relay_alone), rb = stats(relay_beside);
+  std::printf("  alone:   p50 %.1f us p99 %.1f us (n %zu)\n", a.p50, a.p99, a.n);
+  std::printf("  beside:  p50 %.1f us p99 %.1f us (n %zu); the sibling's requests answered: %ld (%.0f/s)\n", b.p50,
+              b.p99, b.n, flood_requests, static_cast<double>(flood_requests) / (rounds * (seconds + 1.0)));
+  std::printf(
+      "  raw relay (the floor): alone p50 %.1f us p99 %.1f us; beside p50 %.1f us p99 %.1f us; the sibling's "
+      "requests answered: %ld\n",
+      ra.p50, ra.p99, rb.p50, rb.p99, relay_flood);
+  std::printf("  loop lateness (a 2 ms timer): alone p99 %.0f us, beside p99 %.0f us max %.0f us\n", la.p99, lb.p99,
+              lb.max);
+  auto share = [](const std::vector<LoopShare> &v, double LoopShare::*f) {
+    double x = 0, wall = 0;
+    for (const auto &l : v) x += l.*f, wall += l.wall_us;
+    return wall > 0 ? x / wall : 0;
+  };
+  std::printf("  loop thread: alone %.1f%% busy, %.1f%% waiting for a CPU; beside %.1f%% busy, %.1f%% waiting\n",
+              100 * share(loop_alone, &LoopShare::cpu_us), 100 * share(loop_alone, &LoopShare::queued_us),
+              100 * share(loop_beside, &LoopShare::cpu_us), 100 * share(loop_beside, &LoopShare::queued_us));
+  json j = {
+      {"what",
+       "microseconds per tool_request/tool_decision round trip of one explore child (one every ms, timed in "
+       "the child), beside a sibling in the same Hub that sends grep requests of ~900 KB as fast as answered, "
+       "vs the same child alone"},
+      {"seconds_per_phase", seconds},
+      {"rounds", rounds},
+      {"flood_request_bytes", flood_bytes},
+      {"flood_requests_answered", flood_requests},
+      {"alone", to_json(a)},
+      {"beside", to_json(b)},
+      {"relay_alone", to_json(ra)},
+      {"relay_beside", to_json(rb)},
+      {"relay_flood_requests_answered", relay_flood},
+      {"loop_lateness_alone", to_json(la)},
+      {"loop_lateness_beside", to_json(lb)},
+      {"loop_busy_share",
+       {{"alone", share(loop_alone, &LoopShare::cpu_us)}, {"beside", share(loop_beside, &LoopShare::cpu_us)}}},
+      {"loop_waiting_for_cpu_share",
+       {{"alone", share(loop_alone, &LoopShare::queued_us)}, {"beside", share(loop_beside, &LoopShare::queued_us)}}},
+      {"ratios",
+       {{"p50", b.p50 / a.p50},
+        {"p99", b.p99 / a.p99},
+        {"relay_p99_beside_vs_alone", rb.p99 / ra.p99},
+        {"p99_beside_vs_relay_beside", b.p99 / rb.p99}}},
+      {"targets", {{"p99_max", 3.0}}}};
+  write_json(o, "sibling", j);
+  add_row({"10 hostile sibling", "round trip beside a ~900 KB flooder vs alone, p50", fmt("%.1f us", b.p50),
+           fmt("%.1f us", a.p50), fmt("%.2fx", b.p50 / a.p50), "-", "-"});
+  add_row({"10 hostile sibling", "same, p99", us(b.p99), us(a.p99), fmt("%.2fx", b.p99 / a.p99), "<= 3x",
+           b.p99 / a.p99 <= 3 ? "yes" : "NO"});
+  add_row({"10 hostile sibling", "floor: the raw relay's round trip beside the flooder vs alone, p99", us(rb.p99),
+           us(ra.p99), fmt("%.2fx", rb.p99 / ra.p99), "-", "-"});
+  add_row({"10 hostile sibling", "round trip beside the flooder, supervisor vs the raw relay, p99", us(b.p99),
+           us(rb.p99), fmt("%.2fx", b.p99 / rb.p99), "-", "-"});
+  add_row({"10 hostile sibling", "loop lateness beside the flooder vs alone, p99", us(lb.p99), us(la.p99),
+           fmt("%.2fx", lb.p99 / la.p99), "-", "-"});
+}
+
 // ---- main
 // ----------------------------------------------------------------------------------------
 
@@ -1822,7 +2086,7 @@ int main(int argc, char **argv) {
                    "usage: subagent_bench [--results DIR] [--only NAME[,NAME...]] "
                    "[--quick]\n"
                    "names: spawn, broker, concurrent, memory, enforcement, tools, "
-                   "spawnload\n");
+                   "spawnload, many, sibling\n");
       return 64;
     }
   }
@@ -1876,6 +2140,7 @@ int main(int argc, char **argv) {
     if (load_before("tools")) bench_tools(o, env);
     if (load_before("spawnload")) bench_spawnload(o, env, io);
     if (load_before("many")) bench_many(o, env, io);
+    if (load_before("sibling")) bench_sibling(o, env, io);
 
     std::printf(
         "\n| benchmark | measure | subject | baseline | ratio | target "
