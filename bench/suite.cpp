@@ -1421,6 +1421,73 @@ struct TempRoot {
   fs::path path;
 };
 
+// What a bench_child that ran `paced` answers: one sample per round trip, its start and its duration.
+std::vector<Sample> paced_samples(const std::string &answer) {
+  std::vector<Sample> out;
+  std::istringstream in(answer);
+  std::string item;
+  while (in >> item) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    out.push_back({std::stod(item.substr(0, colon)) / 1000.0, std::stod(item.substr(colon + 1)) / 1000.0});
+  }
+  return out;
+}
+
+std::vector<double> values_of(const std::vector<Sample> &v) {
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (const Sample &x : v) out.push_back(x.value_us);
+  return out;
+}
+
+// A Hub's configuration for bench_child children (they do what their brief says) in `root`: the
+// policies with explore's budgets raised, a replay model no child calls, locks and state under root.
+// Transcripts are the caller's to set.
+supervisor::HubConfig brief_hub_config(const Env &env, const fs::path &root, std::size_t max_concurrent) {
+  copy_policies(root / "policies");
+  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
+  supervisor::HubConfig cfg;
+  cfg.policy_dir = root / "policies";
+  cfg.child_executable = env.bench_child;
+  cfg.child_args = {"brief"};
+  cfg.max_concurrent = max_concurrent;
+  cfg.max_per_turn = supervisor::kMaxPerTurnCeiling;
+  cfg.default_model = "replay:" + (root / "model.jsonl").string();
+  cfg.parent = "bench";
+  cfg.workspaces = {root / "locks", root / "state"};
+  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  return cfg;
+}
+
+// The loop's own lateness: a timer due every 2 ms; how late each one ran goes into `into` while
+// the probe runs.
+class LatenessProbe {
+ public:
+  explicit LatenessProbe(asio::io_context &io) : timer_(io) {}
+  void start(std::vector<Sample> *into) {
+    into_ = into;
+    arm(Clock::now());
+  }
+  void stop() {
+    into_ = nullptr;
+    timer_.cancel();
+  }
+
+ private:
+  void arm(Clock::time_point due) {
+    timer_.expires_at(due);
+    timer_.async_wait([this, due](boost::system::error_code ec) {
+      if (ec || !into_) return;
+      const auto now = Clock::now();
+      into_->push_back({steady_us(due), us_between(due, now)});
+      arm(std::max(due + std::chrono::milliseconds(2), now));
+    });
+  }
+  asio::steady_timer timer_;
+  std::vector<Sample> *into_ = nullptr;
+};
+
 void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   std::printf(
       "[spawnload] one child's broker round trip while eight others "
@@ -1432,23 +1499,11 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   const fs::path &root = temp.path;
   const fs::path repo = root / "repo";
   make_repository(repo, 1000);
-  copy_policies(root / "policies");
-  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
-
-  supervisor::HubConfig cfg;
-  cfg.policy_dir = root / "policies";
-  cfg.child_executable = env.bench_child;
-  cfg.child_args = {"brief"};
-  cfg.max_concurrent = burst + 1;
-  cfg.max_per_turn = supervisor::kMaxPerTurnCeiling;
-  cfg.default_model = "replay:" + (root / "model.jsonl").string();
-  cfg.parent = "bench";
-  cfg.workspaces = {root / "locks", root / "state"};
+  supervisor::HubConfig cfg = brief_hub_config(env, root, burst + 1);
   supervisor::TranscriptOptions topt;
   topt.dir = root / "transcripts";  // the real path: every write fsync'd
   cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(topt, supervisor::default_scrubber());
   cfg.max_line = 16u << 20;
-  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   std::string pinger_id;
   bool pinger_hello = false;
   cfg.on_event = [&](const json &e) {
@@ -1456,19 +1511,8 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   };
   supervisor::Hub hub(io, cfg);
 
-  // The loop's own lateness: a timer due every 2 ms, how late each one ran.
   std::vector<Sample> lateness;
-  bool probing = true;
-  asio::steady_timer probe(io);
-  std::function<void(Clock::time_point)> arm = [&](Clock::time_point due) {
-    probe.expires_at(due);
-    probe.async_wait([&, due](boost::system::error_code ec) {
-      if (ec || !probing) return;
-      const auto now = Clock::now();
-      lateness.push_back({steady_us(due), us_between(due, now)});
-      arm(std::max(due + std::chrono::milliseconds(2), now));
-    });
-  };
+  LatenessProbe probe(io);
 
   std::optional<proto::Envelope> pinger_env;
   supervisor::SpawnRequest pinger;
@@ -1478,7 +1522,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   pinger.workspace = repo;
   pinger_id = hub.spawn(pinger, [&](const proto::Envelope &e) { pinger_env = e; });
   run_until(io, [&] { return pinger_hello || pinger_env.has_value(); });
-  arm(Clock::now());
+  probe.start(&lateness);
 
   auto run_for = [&](Clock::duration d) {
     asio::steady_timer t(io);
@@ -1522,8 +1566,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
     ++rounds;
     if (!failure.empty()) throw std::runtime_error("spawnload: a spawned child failed: " + failure);
   }
-  probing = false;
-  probe.cancel();
+  probe.stop();
   run_until(io, [&] { return pinger_env.has_value(); });
   bool hub_done = false;
   hub.shutdown("benchmark done", [&] { hub_done = true; });
@@ -1531,16 +1574,7 @@ void bench_spawnload(const Options &o, const Env &env, asio::io_context &io) {
   if (pinger_env->status != proto::Status::completed)
     throw std::runtime_error("spawnload: the timed child did not complete: " + pinger_env->reason);
 
-  std::vector<Sample> rtt;
-  {
-    std::istringstream in(pinger_env->answer.text);
-    std::string item;
-    while (in >> item) {
-      auto colon = item.find(':');
-      if (colon == std::string::npos) continue;
-      rtt.push_back({std::stod(item.substr(0, colon)) / 1000.0, std::stod(item.substr(colon + 1)) / 1000.0});
-    }
-  }
+  const std::vector<Sample> rtt = paced_samples(pinger_env->answer.text);
   if (rtt.empty() || bursts.empty())
     throw std::runtime_error("spawnload: no samples (answer of " + std::to_string(pinger_env->answer.text.size()) +
                              " bytes, " + std::to_string(rounds) + " rounds)");
@@ -1706,43 +1740,21 @@ void bench_sibling(const Options &o, const Env &env, asio::io_context &io) {
   const fs::path &root = temp.path;
   const fs::path repo = root / "repo";
   make_repository(repo, 20);
-  copy_policies(root / "policies");
-  std::ofstream(root / "model.jsonl") << "{\"content\": \"unused: bench_child never asks for a turn\"}\n";
-
-  supervisor::HubConfig cfg;
-  cfg.policy_dir = root / "policies";
-  cfg.child_executable = env.bench_child;
-  cfg.child_args = {"brief"};
-  cfg.max_concurrent = 2;
-  cfg.max_per_turn = supervisor::kMaxPerTurnCeiling;
-  cfg.default_model = "replay:" + (root / "model.jsonl").string();
-  cfg.parent = "bench";
-  cfg.workspaces = {root / "locks", root / "state"};
+  supervisor::HubConfig cfg = brief_hub_config(env, root, 2);
   supervisor::TranscriptOptions topt;
   topt.dir = root / "transcripts";  // the real path: transcripts written and fsync'd as in serve,
   topt.background = true;           // on the store's writer thread, as serve and mcp set it
   cfg.transcripts = std::make_shared<supervisor::TranscriptStore>(topt, supervisor::default_scrubber());
-  cfg.on_log = [](const std::string &line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   supervisor::Hub hub(io, cfg);
 
-  std::vector<double> alone, beside, late_alone, late_beside;
+  std::vector<double> alone, beside;
+  std::vector<Sample> late_alone, late_beside;
   long flood_requests = 0;
   struct LoopShare {
     double cpu_us, queued_us, wall_us;  // the loop thread's CPU, its time waiting for a CPU, the phase
   };
   std::vector<LoopShare> loop_alone, loop_beside;
-  // The loop's own lateness: a timer due every 2 ms, how late each one ran (into the phase's list).
-  std::vector<double> *lateness = nullptr;
-  asio::steady_timer probe(io);
-  std::function<void(Clock::time_point)> arm = [&](Clock::time_point due) {
-    probe.expires_at(due);
-    probe.async_wait([&, due](boost::system::error_code ec) {
-      if (ec || !lateness) return;
-      const auto now = Clock::now();
-      lateness->push_back(us_between(due, now));
-      arm(std::max(due + std::chrono::milliseconds(2), now));
-    });
-  };
+  LatenessProbe probe(io);
   auto phase = [&](bool hostile) {
     std::optional<proto::Envelope> pinger_env, flood_env;
     supervisor::SpawnRequest r;
@@ -1756,8 +1768,7 @@ void bench_sibling(const Options &o, const Env &env, asio::io_context &io) {
     r.brief = fmt("paced %.1f 1000", seconds);
     r.description = "bench: the child whose round trips are timed";
     hub.spawn(r, [&](const proto::Envelope &e) { pinger_env = e; });
-    lateness = hostile ? &late_beside : &late_alone;
-    arm(Clock::now());
+    probe.start(hostile ? &late_beside : &late_alone);
     const double queued0 = thread_queued_us();
     rusage ru0{}, ru1{};
     ::getrusage(RUSAGE_THREAD, &ru0);
@@ -1769,21 +1780,14 @@ void bench_sibling(const Options &o, const Env &env, asio::io_context &io) {
     (hostile ? loop_beside : loop_alone)
         .push_back({tv(ru1.ru_utime) + tv(ru1.ru_stime) - tv(ru0.ru_utime) - tv(ru0.ru_stime),
                     thread_queued_us() - queued0, wall});
-    lateness = nullptr;
-    probe.cancel();
+    probe.stop();
     run_until(io, [&] { return !hostile || flood_env.has_value(); });
     if (pinger_env->status != proto::Status::completed)
       throw std::runtime_error("sibling: the timed child did not complete: " + pinger_env->reason);
     if (hostile && flood_env->status != proto::Status::completed)
       throw std::runtime_error("sibling: the flooding child did not complete: " + flood_env->reason);
     if (hostile) flood_requests += std::atol(flood_env->answer.text.c_str());
-    std::vector<double> v;
-    std::istringstream in(pinger_env->answer.text);
-    std::string item;
-    while (in >> item) {
-      auto colon = item.find(':');
-      if (colon != std::string::npos) v.push_back(std::stod(item.substr(colon + 1)) / 1000.0);
-    }
+    const std::vector<double> v = values_of(paced_samples(pinger_env->answer.text));
     // The first 10% warm up (and, beside the sibling, start before its first request lands).
     const std::size_t skip = v.size() / 10;
     (hostile ? beside : alone).insert((hostile ? beside : alone).end(), v.begin() + static_cast<long>(skip), v.end());
@@ -1808,8 +1812,8 @@ void bench_sibling(const Options &o, const Env &env, asio::io_context &io) {
   if (alone.empty() || beside.empty() || flood_requests == 0) throw std::runtime_error("sibling: no samples");
   if (relay_alone.empty() || relay_beside.empty() || relay_flood == 0)
     throw std::runtime_error("sibling: no relay samples");
-  const Stats a = stats(alone), b = stats(beside), la = stats(late_alone), lb = stats(late_beside),
-              ra = stats(relay_alone), rb = stats(relay_beside);
+  const Stats a = stats(alone), b = stats(beside), la = stats(values_of(late_alone)),
+              lb = stats(values_of(late_beside)), ra = stats(relay_alone), rb = stats(relay_beside);
   std::printf("  alone:   p50 %.1f us p99 %.1f us (n %zu)\n", a.p50, a.p99, a.n);
   std::printf("  beside:  p50 %.1f us p99 %.1f us (n %zu); the sibling's requests answered: %ld (%.0f/s)\n", b.p50,
               b.p99, b.n, flood_requests, static_cast<double>(flood_requests) / (rounds * (seconds + 1.0)));
