@@ -1,6 +1,7 @@
 // The soak (scripts/soak.sh, tests/programs/soak_driver.cpp) shortened for every test run: 60 children,
 // 8 at a time, good, hostile, model-down and cancelled ones mixed; then zero zombies, zero survivors,
-// zero leaked fds and resident memory flat within 10% after the warm-up.
+// zero leaked fds and resident memory flat within 10% after the warm-up (both measured when nothing
+// runs, after the supervisor's idle trim: the check compares like with like).
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,7 @@ TEST_CASE("soak, shortened: 60 children, 8 at a time, random faults and cancels,
   CHECK(report["survivors"] == 0);
   CHECK(report["fds"]["end"] == report["fds"]["after_warmup"]);
   if (!test::kSanitized) {
-    CHECK(report["rss_end_vs_warmup_peak_percent"].get<double>() <= 10.0);
+    CHECK(report["rss_growth_after_warmup_percent"].get<double>() <= 10.0);
   }
   // The mix really had hostile children in it, not only good ones.
   CHECK(report["statuses"].size() >= 8);

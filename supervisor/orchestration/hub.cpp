@@ -6,6 +6,7 @@
 #include "sandbox/workspace_guard.hpp"
 #include "orchestration/held.hpp"
 
+#include <malloc.h>
 #include <sys/statfs.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -509,6 +510,18 @@ void Hub::on_child_finished(const std::string& id, Outcome<std::pair<protocol::E
   }
   deliver(c, std::move(e));
   pump();
+  // Idle: no child runs, starts or waits. A long-lived serve or mcp hands back to the system what the
+  // burst that just ended freed (lines of up to 1 MiB decoded on the workers leave their arenas, and
+  // glibc's raised mmap threshold leaves the main heap, holding pages no one uses), so its resident
+  // size follows what it holds, not the largest burst it ever saw. On a worker: a trim takes about
+  // 2 ms, which a spawn arriving now would otherwise wait for. The soak (tests/soak_test.cpp)
+  // measures at these points.
+  if (running_ == 0 && queue_.empty()) {
+#ifdef __GLIBC__
+    jobs_.run(
+        io_, [] { malloc_trim(0); }, [](Outcome<void>) {});
+#endif
+  }
 }
 
 void Hub::deliver(Child& c, protocol::Envelope e) {

@@ -329,6 +329,43 @@ test('agent_apply applies the patch an implementation child returned', async () 
   }
 });
 
+test('agent_apply the client cancels: no answer comes for it, the session goes on, and the patch lands once', async () => {
+  const ws = tempDir('repo');
+  const git = (...a) => execFileSync('git', ['-C', ws, ...a], { stdio: 'pipe' });
+  git('init', '-q');
+  writeFileSync(join(ws, 'README'), 'hello\n');
+  git('add', 'README');
+  git('-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-q', '-m', 'init');
+  const model = script([
+    { content: 'write', tool_calls: [{ name: 'write_file', arguments: { path: 'NEW.md', content: 'from the child\n' } }] },
+    FINAL,
+  ]);
+  const { client } = await connect({ workspace: ws, model });
+  const errors = [];
+  client.onerror = (e) => errors.push(String(e));  // the SDK's "response for an unknown message ID"
+  try {
+    const r = await client.callTool({ name: 'agent_spawn', arguments: {
+      preset: 'implementation', brief: 'add NEW.md', description: 'add a file' } }, undefined, { timeout: 120000 });
+    assert.equal(r.structuredContent.status, 'completed', r.structuredContent.reason);
+    const abort = new AbortController();
+    const cancelled = client.callTool({ name: 'agent_apply', arguments: { child_id: r.structuredContent.id } },
+      undefined, { signal: abort.signal });
+    abort.abort('the host changed its mind');
+    await assert.rejects(cancelled);
+    // Applies run one at a time in the order asked: once this second one is answered, the first is
+    // done (answered to nobody). Exactly one of the two applied the patch.
+    const second = await client.callTool({ name: 'agent_apply', arguments: { child_id: r.structuredContent.id } });
+    assert.equal(readFileSync(join(ws, 'NEW.md'), 'utf8'), 'from the child\n');
+    if (second.isError) assert.match(second.content[0].text, /appl/);
+    else assert.deepEqual(second.structuredContent.files, ['NEW.md']);
+    const list = await client.callTool({ name: 'agent_list', arguments: {} });
+    assert.equal(list.isError, false, list.content[0].text);
+    assert.deepEqual(errors, [], 'nothing answered the cancelled request');
+  } finally {
+    await client.close();
+  }
+});
+
 test('host-added wait_for_previous (Gemini CLI) is ignored on every tool; real typos are still refused', async () => {
   const { client } = await connect({ workspace: SRC, model: script([SLOW_FOREVER]) });
   try {

@@ -72,6 +72,20 @@ long status_kb(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// The resident size at an idle point, once it has settled: when the hub goes idle the supervisor
+// hands freed memory back on a worker (malloc_trim, about 2 ms), which may still be running when the
+// driver's last round trip returns. Sampled every 50 ms until two samples agree (2 s at most).
+long settled_rss_kb(pid_t pid) {
+  long last = status_kb(pid, "VmRSS");
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const long now = status_kb(pid, "VmRSS");
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
+
 int closed_port() {
   int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -490,13 +504,13 @@ int main(int argc, char** argv) {
       }
     };
     spawn_until(o.warmup);
-    rss_warm = status_kb(sup.pid(), "VmRSS");
+    rss_warm = settled_rss_kb(sup.pid());
     hwm_warm = status_kb(sup.pid(), "VmHWM");
     fds_warm = open_fds(sup.pid());
     fd_list_warm = fd_targets(sup.pid());
     std::fprintf(stderr, "soak: warm-up of %d children done: RSS %ld kB, %d fds\n", o.warmup, rss_warm, fds_warm);
     spawn_until(o.children);
-    rss_end = status_kb(sup.pid(), "VmRSS");
+    rss_end = settled_rss_kb(sup.pid());
     fds_end = open_fds(sup.pid());
     fd_list_end = fd_targets(sup.pid());
   } catch (const std::exception& e) {
@@ -519,11 +533,13 @@ int main(int argc, char** argv) {
   for (const auto& p : processes())
     if ((p.comm == child.filename().string() || p.comm == grandchild) && p.state != 'Z') ++survivors;
 
-  // Memory in flight moves with what happens to run at once (up to 8 lines of up to 1 MiB being read,
-  // 1 MiB of log for the parent), so "flat" is measured against the warm-up's high-water mark: after
-  // it the resident size may not pass it by more than the tolerance. The later high-water mark is
-  // reported too; it moves with those coincidences (+2 MB seen when several 1 MiB lines met), so it is
-  // not a check.
+  // Both samples are taken at idle points (nothing running, nothing queued), where the supervisor
+  // has handed what it freed back to the system, so "flat" compares like with like: the resident
+  // size at the end against the one after the warm-up. A leak of what each child leaves behind grows
+  // it with the 40 children after the warm-up. The high-water marks are reported too; they move with
+  // what happened to run at once (up to 8 lines of up to 1 MiB being decoded), so they are not a
+  // check. Before the idle trim the end was compared with the warm-up's high-water mark, and glibc's
+  // raised mmap threshold let it pass that by 10-15% on some seeds with no leak at all.
   auto growth = [](long from, long to) {
     return from > 0 ? static_cast<double>(to - from) / static_cast<double>(from) : 1.0;
   };
@@ -538,8 +554,8 @@ int main(int argc, char** argv) {
   if (fds_end != fds_warm)
     problems.push_back("fds: " + std::to_string(fds_warm) + " after the warm-up, " + std::to_string(fds_end) +
                        " at the end");
-  if (end_vs_peak * 100 > o.max_rss_growth)
-    problems.push_back("RSS at the end is " + std::to_string(end_vs_peak * 100) + "% above the warm-up's peak");
+  if (rss_growth * 100 > o.max_rss_growth)
+    problems.push_back("RSS at the end is " + std::to_string(rss_growth * 100) + "% above the RSS after the warm-up");
   if (exit_code != 0) problems.push_back("serve exited " + std::to_string(exit_code));
 
   std::size_t transcripts = 0;
@@ -580,11 +596,12 @@ int main(int argc, char** argv) {
             {"problems", problems},
             {"ok", problems.empty()}};
   std::printf("%s\n", report.dump(2).c_str());
-  std::fprintf(stderr,
-               "soak: %d children in %.1f s, %d at a time; RSS %ld kB after warm-up (peak %ld kB), %ld kB at the end "
-               "(%+.1f%% of the warm-up's peak), peak %ld kB (%+.1f%%); fds %d -> %d; zombies %d; survivors %d; %s\n",
-               o.children, seconds, o.concurrency, rss_warm, hwm_warm, rss_end, end_vs_peak * 100, hwm,
-               peak_growth * 100, fds_warm, fds_end, zombies, survivors, problems.empty() ? "OK" : "FAILED");
+  std::fprintf(
+      stderr,
+      "soak: %d children in %.1f s, %d at a time; RSS %ld kB after warm-up (peak %ld kB), %ld kB at the end "
+      "(%+.1f%%; %+.1f%% of the warm-up's peak), peak %ld kB (%+.1f%%); fds %d -> %d; zombies %d; survivors %d; %s\n",
+      o.children, seconds, o.concurrency, rss_warm, hwm_warm, rss_end, rss_growth * 100, end_vs_peak * 100, hwm,
+      peak_growth * 100, fds_warm, fds_end, zombies, survivors, problems.empty() ? "OK" : "FAILED");
   for (const auto& p : problems) std::fprintf(stderr, "soak: problem: %s\n", p.c_str());
   rc = problems.empty() ? 0 : 1;
   return rc;
