@@ -1,4 +1,4 @@
-// The local runtime (local_runtime.hpp): prepare off the loop, clone on it, wait for the exec and the
+// The local runtime (local_runtime.hpp): prepare and clone off the loop, wait for the exec and the
 // exit without blocking it.
 #include "runtime/local_runtime.hpp"
 
@@ -199,30 +199,61 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
     if (!over_ && handlers_.on_state) handlers_.on_state(s);
   }
 
+  // What the worker hands back: the plan and, unless a step failed, the child cloned from it and
+  // waiting for its exec. Declared in this order so that a launch dropped unfinished (the start was
+  // abandoned meanwhile) kills and reaps its child before its plan goes.
+  struct Cloned {
+    sandbox::PlanPtr plan;
+    std::optional<sandbox::PendingLaunch> pending;
+    std::string error;     // set when no child was cloned
+    bool refused = false;  // a namespace the plan assumed was refused: prepare again, probing
+  };
+
   void prepare() {
-    // Only the (immutable) preset and request go to the worker.
+    // The preparation and the clone into new namespaces (with the cgroups made for it and, as root,
+    // the new root's mount trees) run on a worker: eight children starting at once cost the loop
+    // no more than eight posts, so the running children's answers do not wait for them. The pool's
+    // threads live as long as the process, so the child's PR_SET_PDEATHSIG (which fires when the
+    // *thread* that cloned it exits) still means "when the supervisor dies". Only the (immutable)
+    // preset and request go to the worker; what it returns comes back to the loop, which alone
+    // touches the pending launch from then on (finish() reads the exec status there).
     jobs_.run(
-        io_, [preset = spec_.preset, req = request_] { return sandbox::prepare(preset->sandbox, *req); },
-        [self = shared_from_this()](Outcome<sandbox::PlanPtr> plan) { self->prepared(std::move(plan)); });
+        io_,
+        [preset = spec_.preset, req = request_] {
+          Cloned c;
+          try {
+            c.plan = sandbox::prepare(preset->sandbox, *req);
+            c.pending.emplace(sandbox::start(*c.plan));
+          } catch (const sandbox::NamespaceRefusedError& e) {
+            c.pending.reset();
+            c.error = e.what();
+            c.refused = true;
+          } catch (const std::exception& e) {
+            c.pending.reset();  // kills and reaps a child that was cloned
+            c.error = e.what();
+          }
+          return c;
+        },
+        [self = shared_from_this()](Outcome<Cloned> c) { self->cloned(std::move(c)); });
   }
 
-  void prepared(Outcome<sandbox::PlanPtr> plan) {
-    if (over_) return;
-    if (!plan) return failed(plan.error);
+  void cloned(Outcome<Cloned> c) {
+    if (over_) return;  // abandoned: `c` kills and reaps the child as it goes
+    if (!c) return failed(c.error);
+    Cloned& got = *c.value;
+    if (got.refused) return refused(got.error);
+    if (!got.error.empty()) return failed(got.error);
     try {
-      plan_ = std::move(*plan.value);
       layers_ = {};
-      for (const auto& l : sandbox::layers(*plan_)) (l.applied ? layers_.applied : layers_.missing).push_back(l.layer);
-      pending_.emplace(sandbox::start(*plan_));
+      for (const auto& l : sandbox::layers(*got.plan))
+        (l.applied ? layers_.applied : layers_.missing).push_back(l.layer);
+      plan_ = std::move(got.plan);
+      pending_ = std::move(got.pending);
       const int status_fd = ::fcntl(pending_->status_fd(), F_DUPFD_CLOEXEC, 0);
       if (status_fd < 0) throw std::system_error(errno, std::generic_category(), "dup of the launch's status pipe");
       exec_status_.assign(status_fd);
-    } catch (const sandbox::NamespaceRefusedError& e) {
-      pending_.reset();
-      plan_.reset();
-      return refused(e.what());
     } catch (const std::exception& e) {
-      pending_.reset();  // kills and reaps a child that was cloned
+      pending_.reset();  // kills and reaps the child
       plan_.reset();
       return failed(e.what());
     }
@@ -310,9 +341,9 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
   bool over_ = false;  // started, failed or abandoned: no handler runs any more
   AppliedLayers layers_;
   sandbox::PlanPtr plan_;                          // kept while the launch is pending
-  std::optional<sandbox::PendingLaunch> pending_;  // between sandbox::start and the exec
+  std::optional<sandbox::PendingLaunch> pending_;  // between sandbox::start and the exec (after plan_: goes first)
   asio::posix::stream_descriptor exec_status_;     // a dup of pending_'s status pipe
-  OffloadGroup jobs_;                              // the prepare; last, so it goes first
+  OffloadGroup jobs_;                              // the prepare and clone; last, so it goes first
 };
 
 class PendingLocalStart final : public PendingStart {

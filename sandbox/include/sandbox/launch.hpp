@@ -8,9 +8,9 @@
 // Errors: exceptions for everything the caller asked that cannot be done (SandboxError, ExecError
 // for the execve step; what() names the step or the field and the errno text); layer statuses are
 // values (LayerStatus: applied, or not with the reason), an error only when sandbox.required names
-// the layer. A failed step never lets the target run unsandboxed. Call launch() or start() from the
+// the layer. A failed step never lets the target run unsandboxed. Call launch() or start() from a
 // thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread* exits): in
-// the supervisor that is the event-loop thread.
+// the supervisor that is a thread of the offload pool, which lives as long as the process.
 #pragma once
 
 #include <sys/types.h>
@@ -123,8 +123,9 @@ struct Child {
 // with the same text, after killing and reaping the child; nullopt means call it again once
 // status_fd() is readable (a non-root supervisor with a user namespace takes two turns: the child
 // first reports that it is ready for its id maps, which finish() then writes before releasing it).
-// Called on a blocking fd before it is readable, finish() waits for the record. Each finish() on the
-// same thread that called start() is the intended use; the object is not thread-safe.
+// Called on a blocking fd before it is readable, finish() waits for the record. The object is not
+// thread-safe: one thread at a time, handed over with a happens-before (the supervisor starts on a
+// worker and finishes on its loop).
 // The plan must outlive the PendingLaunch. Destroying one that is not over (no Child returned, no
 // exception thrown) kills the child with SIGKILL and reaps it: no child outlives its launch.
 class [[nodiscard]] PendingLaunch {
@@ -146,8 +147,8 @@ class [[nodiscard]] PendingLaunch {
 };
 
 // Forks the plan's target and returns without waiting for the exec (see PendingLaunch). Call it
-// from the thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread*
-// exits): in the supervisor that is the event-loop thread. Throws SandboxError when a pipe or the
+// from a thread that will outlive the child (PR_SET_PDEATHSIG fires when the forking *thread*
+// exits): in the supervisor that is a thread of the offload pool. Throws SandboxError when a pipe or the
 // clone itself fails, or when the parent's part of the setup (id maps, cgroup, the new root's
 // clones) does; the child is then killed and reaped. NamespaceRefusedError (from start() or
 // finish()): prepare again and start that plan instead.
