@@ -300,7 +300,8 @@ test('a client without elicitation: "ask" is denied at once (the no-approver rul
   }
 });
 
-test('agent_apply applies the patch an implementation child returned', async () => {
+// A one-commit repository and a model whose implementation child writes NEW.md there.
+function repoAndWriter() {
   const ws = tempDir('repo');
   const git = (...a) => execFileSync('git', ['-C', ws, ...a], { stdio: 'pipe' });
   git('init', '-q');
@@ -311,6 +312,11 @@ test('agent_apply applies the patch an implementation child returned', async () 
     { content: 'write', tool_calls: [{ name: 'write_file', arguments: { path: 'NEW.md', content: 'from the child\n' } }] },
     FINAL,
   ]);
+  return { ws, model };
+}
+
+test('agent_apply applies the patch an implementation child returned', async () => {
+  const { ws, model } = repoAndWriter();
   const { client } = await connect({ workspace: ws, model });
   try {
     const r = await client.callTool({ name: 'agent_spawn', arguments: {
@@ -330,16 +336,7 @@ test('agent_apply applies the patch an implementation child returned', async () 
 });
 
 test('agent_apply the client cancels: no answer comes for it, the session goes on, and the patch lands once', async () => {
-  const ws = tempDir('repo');
-  const git = (...a) => execFileSync('git', ['-C', ws, ...a], { stdio: 'pipe' });
-  git('init', '-q');
-  writeFileSync(join(ws, 'README'), 'hello\n');
-  git('add', 'README');
-  git('-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-q', '-m', 'init');
-  const model = script([
-    { content: 'write', tool_calls: [{ name: 'write_file', arguments: { path: 'NEW.md', content: 'from the child\n' } }] },
-    FINAL,
-  ]);
+  const { ws, model } = repoAndWriter();
   const { client } = await connect({ workspace: ws, model });
   const errors = [];
   client.onerror = (e) => errors.push(String(e));  // the SDK's "response for an unknown message ID"
