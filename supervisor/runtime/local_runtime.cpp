@@ -224,12 +224,10 @@ class LocalStart : public std::enable_shared_from_this<LocalStart> {
           try {
             c.plan = sandbox::prepare(preset->sandbox, *req);
             c.pending.emplace(sandbox::start(*c.plan));
-          } catch (const sandbox::NamespaceRefusedError& e) {
-            c.pending.reset();
+          } catch (const sandbox::NamespaceRefusedError& e) {  // start() itself killed and reaped a clone
             c.error = e.what();
             c.refused = true;
           } catch (const std::exception& e) {
-            c.pending.reset();  // kills and reaps a child that was cloned
             c.error = e.what();
           }
           return c;
