@@ -39,6 +39,13 @@ inline double thread_cpu_us() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
+// CPU time of this whole process (every thread: the supervisor's work runs on its pool too).
+inline double process_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
 // CPU time of every waited-for descendant so far (user + system), microseconds.
 inline double children_cpu_us() {
   struct rusage ru {};
