@@ -3,14 +3,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "cgroup.hpp"
 #include "namespaces.hpp"
@@ -54,6 +59,152 @@ void reap(pid_t pid) noexcept {
   int status;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+}
+
+// What a child cloned with CLONE_VM starts from: it reads this in the parent's memory until it
+// has exec'd, so it lives in the launch's state, never on start()'s stack.
+struct ChildStart {
+  const Plan* plan = nullptr;
+  ChildFds fds;
+};
+
+// Cloning with CLONE_VM (as posix_spawn does) spares the kernel a copy of the supervisor's page
+// tables at every launch and the supervisor the copy-on-write faults after it: fork write-protects
+// every page the supervisor has, and while the copy runs (preempted, on a busy machine, for
+// milliseconds) every page fault of every supervisor thread waits for the memory map's lock. The
+// child then runs in the supervisor's memory on a stack of its own until execve, which is why
+// run_child writes nothing but its own stack (child.cpp), and why the thread that cloned must
+// outlive that execve (the child reads its stack-protector canary; PR_SET_PDEATHSIG asks the same).
+// What is shared with the supervisor until then, and so rules a plan out (share_memory below):
+//   - dumpable belongs to the memory. A child that makes itself dumpable for its id maps
+//     (dumpable_for_maps) would make the supervisor dumpable; so would the identity layer's
+//     setresuid (the kernel sets dumpable to fs.suid_dumpable) unless that sysctl is 0.
+//   - an init lives on beside the target: never in the supervisor's memory.
+//   - CLONE_NEWTIME would be entered only at execve: excluded to keep the plan simple.
+//   - the OOM killer kills every process that shares its victim's memory. A child's own memory
+//     cgroup cannot pick it before execve (its set-up charges far less than the 16 MiB floor of
+//     tree_limits.memory_mb); a machine-wide OOM that picks it in those milliseconds takes the
+//     supervisor with it, as it would have picked the supervisor (the same memory, the same score).
+// Not in sanitizer or fuzz builds (their runtimes would act as the cloning thread), before Linux
+// 5.4 (clone3 read args->stack as the stack pointer until 5.3.11), and on x86_64 only: the entry
+// below. Any clone that fails with CLONE_VM is tried once more as a plain clone.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(hwaddress_sanitizer) || __has_feature(coverage_sanitizer)
+#define SANDBOX_INSTRUMENTED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(SUBAGENT_SANITIZER_BUILD)
+#define SANDBOX_INSTRUMENTED 1
+#endif
+#if defined(__x86_64__) && !defined(SANDBOX_INSTRUMENTED)
+#define SANDBOX_CLONE_VM 1
+
+[[noreturn]] void child_entry(void* start) noexcept {
+  const auto* s = static_cast<const ChildStart*>(start);
+  run_child(*s->plan, s->fds);
+}
+
+// clone3 for a child with a stack of its own (args->stack): it starts there with the caller's
+// registers but rax (0) and rsp, calls entry(arg) and never returns. The caller gets the pid or a
+// negative errno. entry and arg travel in r12 and r13, which the kernel leaves as they were.
+long clone3_on_stack(struct clone_args* args, void (*entry)(void*), void* arg) noexcept {
+  register long r12 asm("r12") = reinterpret_cast<long>(entry);
+  register long r13 asm("r13") = reinterpret_cast<long>(arg);
+  long ret = SYS_clone3;
+  asm volatile(
+      "syscall\n\t"
+      "testq %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xorl %%ebp, %%ebp\n\t"
+      "movq %%r13, %%rdi\n\t"
+      "callq *%%r12\n\t"
+      "ud2\n"
+      "1:"
+      : "+a"(ret)
+      : "D"(args), "S"(sizeof *args), "r"(r12), "r"(r13)
+      : "rcx", "r11", "memory", "cc");
+  return ret;
+}
+#else
+#define SANDBOX_CLONE_VM 0
+#endif
+
+bool kernel_at_least_5_4() noexcept {
+  static const bool yes = [] {
+    struct utsname u {};
+    int major = 0, minor = 0;
+    return ::uname(&u) == 0 && std::sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+           (major > 5 || (major == 5 && minor >= 4));
+  }();
+  return yes;
+}
+
+// fs.suid_dumpable is 0: a change of the child's uid leaves the shared memory non-dumpable.
+bool setuid_keeps_memory_undumpable() noexcept {
+  Fd f(::open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC));
+  char c = 0;
+  return f.get() >= 0 && ::read(f.get(), &c, 1) == 1 && c == '0';
+}
+
+// The stacks of CLONE_VM children, kept for the next launch: no mmap or munmap (the memory map's
+// lock, taken for writing) per launch. Each is kStackBytes with a PROT_NONE guard page below.
+constexpr std::size_t kStackBytes = 128 << 10;
+constexpr std::size_t kKeptStacks = 16;
+
+class StackPool {
+ public:
+  static std::size_t mapped_bytes() noexcept { return kStackBytes + guard(); }
+  // A stack's lowest address, or nullptr when none can be mapped.
+  void* take() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        void* s = free_.back();
+        free_.pop_back();
+        return s;
+      }
+    }
+    void* m = ::mmap(nullptr, mapped_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    if (::mprotect(m, guard(), PROT_NONE) != 0) {
+      ::munmap(m, mapped_bytes());
+      return nullptr;
+    }
+    return m;
+  }
+  // Only once the child using it has exec'd or is dead.
+  void give_back(void* s) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (free_.size() < kKeptStacks) {
+        free_.push_back(s);
+        return;
+      }
+    }
+    ::munmap(s, mapped_bytes());
+  }
+
+ private:
+  static std::size_t guard() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+  std::mutex mutex_;
+  std::vector<void*> free_;
+};
+
+StackPool& stacks() {
+  static StackPool* pool = new StackPool;  // never destroyed: launches may end during exit
+  return *pool;
+}
+
+// Moves fd above the standard three (a supervisor started with one of them closed gets the pipe
+// there, and the child's dup3 onto 0..2 would close it before execve), close-on-exec.
+int above_stdio(int fd) {
+  if (fd < 0 || fd > 2) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  const int err = errno;
+  ::close(fd);
+  if (moved < 0) throw SandboxError(std::string("launch: moving a pipe above fd 2 failed: ") + std::strerror(err));
+  return moved;
 }
 
 }  // namespace
@@ -140,12 +291,16 @@ struct PendingLaunch::State {
   bool v2_by_pid = false;  // cgroup v2 without CLONE_INTO_CGROUP: the parent moves the child
   bool released = false;   // the id maps, cgroup and root fds are done and the child is released
   Child child;             // pid and pidfd until finish() hands them over (then pid is -1)
+  ChildStart start;        // what the child reads (in place, when it shares our memory)
+  void* stack = nullptr;   // a CLONE_VM child's stack (from stacks()), until it exec'd or died
 
   State() = default;
   State(const State&) = delete;
   State& operator=(const State&) = delete;
   ~State() {
     if (child.pid > 0) abandon();  // started, never finished: no child outlives its launch
+    // Here the child has exec'd (EOF on the close-on-exec status pipe) or is dead and reaped.
+    if (stack) stacks().give_back(stack);
   }
 
   void abandon() noexcept {
@@ -258,20 +413,35 @@ PendingLaunch start(const Plan& plan) {
   }
   auto state = std::make_unique<PendingLaunch::State>();
   state->plan = &plan;
-  Fd status_write(status_pipe[1]);
   state->status_read = Fd(status_pipe[0]);
+  Fd status_write(above_stdio(status_pipe[1]));
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_pipe) != 0) {
     int err = errno;
     throw SandboxError(std::string("launch: socketpair failed: ") + std::strerror(err));
   }
-  Fd sync_read(sync_pipe[0]);
   state->sync_write = Fd(sync_pipe[1]);
+  Fd sync_read(above_stdio(sync_pipe[0]));
 
   std::optional<LaunchCgroups>& cgroups = state->cgroups;
   if (!plan.cgroups.empty()) cgroups.emplace(plan.cgroups);
-  ChildFds fds{status_write.get(), sync_read.get(), cgroups ? cgroups->join_fds() : nullptr,
-               cgroups ? cgroups->join_count() : 0};
+  ChildStart& start = state->start;
+  start.plan = &plan;
+  start.fds.status = status_write.get();
+  start.fds.sync = sync_read.get();
+  if (cgroups) {
+    start.fds.cgroup_join_count = cgroups->join_count();
+    for (int i = 0; i < cgroups->join_count(); ++i) start.fds.cgroup_join[i] = cgroups->join_fds()[i];
+  }
   const int into_fd = cgroups ? cgroups->clone_into_fd() : -1;
+
+  // Whether the child runs in our memory until execve (see SANDBOX_CLONE_VM above); without a
+  // stack for it (mmap failed), a plain clone.
+  bool share_memory = SANDBOX_CLONE_VM && kernel_at_least_5_4() && !plan.init && !plan.dumpable_for_maps &&
+                      !(plan.clone_flags & CLONE_NEWTIME) && (!plan.identity || setuid_keeps_memory_undumpable());
+  if (share_memory) {
+    state->stack = stacks().take();
+    share_memory = state->stack != nullptr;
+  }
 
   // No parent signal handler may run in the child (it would act on the parent's state).
   sigset_t all, old;
@@ -287,20 +457,36 @@ PendingLaunch start(const Plan& plan) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<std::uint64_t>(into_fd);
   }
+  // The pid, 0 in a forked child (never with CLONE_VM: that child starts in child_entry), or a
+  // negative errno.
+  auto clone = [&]() noexcept -> long {
+#if SANDBOX_CLONE_VM
+    if (share_memory) {
+      struct clone_args shared = args;
+      shared.flags |= CLONE_VM;
+      shared.stack = reinterpret_cast<std::uintptr_t>(state->stack);
+      shared.stack_size = StackPool::mapped_bytes();  // the guard page is PROT_NONE: an overflow faults
+      const long got = clone3_on_stack(&shared, &child_entry, &start);
+      if (got >= 0) return got;
+      share_memory = false;  // whatever the kernel refused, once more as a plain clone
+    }
+#endif
+    return sys::raw::clone3(&args);
+  };
   bool v2_by_pid = false;
-  long pid = sys::clone3(&args);
-  if (pid < 0 && errno == EINVAL && into_fd >= 0) {  // clone3 before Linux 5.7: no CLONE_INTO_CGROUP
+  long pid = clone();
+  if (pid == -EINVAL && into_fd >= 0) {  // clone3 before Linux 5.7: no CLONE_INTO_CGROUP
     args.flags &= ~static_cast<std::uint64_t>(CLONE_INTO_CGROUP);
     args.cgroup = 0;
-    pid = sys::clone3(&args);
+    pid = clone();
     v2_by_pid = true;
   }
-  if (pid < 0 && errno == ENOSYS) {  // e.g. the supervisor itself runs under such a filter
-    pid = sys::clone_legacy(plan.clone_flags | CLONE_PIDFD | SIGCHLD, &pidfd);
+  if (pid == -ENOSYS) {  // e.g. the supervisor itself runs under such a filter: a plain fork
+    pid = sys::raw::clone_legacy(plan.clone_flags | CLONE_PIDFD | SIGCHLD, &pidfd);
     v2_by_pid = into_fd >= 0;
   }
-  if (pid == 0) run_child(plan, fds);
-  int clone_errno = errno;
+  if (pid == 0) run_child(plan, start.fds);
+  const int clone_errno = pid < 0 ? static_cast<int>(-pid) : 0;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (cgroups) cgroups->close_fds();
   if (pid < 0) {

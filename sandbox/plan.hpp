@@ -159,10 +159,12 @@ class Plan {
 };
 
 // Per-launch fds the child uses; everything is open before clone.
+// By value: a child cloned with CLONE_VM reads this while the parent goes on (launch.cpp keeps it
+// in the launch's state until the child has exec'd).
 struct ChildFds {
-  int status = -1;                   // close-on-exec status pipe (write end)
-  int sync = -1;                     // release pipe (read end)
-  const int* cgroup_join = nullptr;  // v1 `tasks` files to write "0" into, first thing
+  int status = -1;                                   // close-on-exec status pipe (write end)
+  int sync = -1;                                     // release pipe (read end)
+  int cgroup_join[LaunchCgroups::kMaxJoinFds] = {};  // v1 `tasks` files to write "0" into, first thing
   int cgroup_join_count = 0;
 };
 

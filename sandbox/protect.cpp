@@ -1,9 +1,11 @@
 #include "sandbox/protect.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -18,6 +20,13 @@ void protect_self() {
     int err = errno;
     throw SandboxError(std::string("protect_self: ") + step + " failed: " + std::strerror(err));
   };
+  // Started with 0, 1 or 2 closed, the supervisor would hand that number to its next pipe, and a
+  // write meant for stderr would land in it: /dev/null fills each gap (open takes the lowest).
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null < 0) fail("open(/dev/null) for a closed standard fd");
+  }
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) fail("PR_SET_DUMPABLE");
   struct rlimit core = {0, 0};
   if (::setrlimit(RLIMIT_CORE, &core) != 0) fail("setrlimit(RLIMIT_CORE)");

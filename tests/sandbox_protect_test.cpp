@@ -40,3 +40,21 @@ TEST_CASE("protect_self makes the process non-dumpable, core-less and its fds cl
   CHECK((before & 4) == 4);
   CHECK(in_child(true) == 0);
 }
+
+TEST_CASE("protect_self opens /dev/null on a closed standard fd, so that no pipe takes its number") {
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(0);
+    ::close(2);
+    if (::fcntl(0, F_GETFD) >= 0) ::_exit(1);  // the twin: closed before
+    sandbox::protect_self();
+    int p[2];
+    if (::pipe(p) != 0) ::_exit(2);
+    ::_exit(::fcntl(0, F_GETFD) >= 0 && ::fcntl(2, F_GETFD) >= 0 && p[0] > 2 && p[1] > 2 ? 0 : 3);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}

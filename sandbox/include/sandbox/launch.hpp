@@ -2,7 +2,8 @@
 //
 //   PlanPtr plan = sandbox::prepare(policy, request);  // parent: allocates, compiles seccomp, opens
 //                                                      // Landlock, plans the root (prepare.cpp)
-//   Child child = sandbox::launch(*plan);              // clone3; run_child (raw syscalls only, child.cpp);
+//   Child child = sandbox::launch(*plan);              // clone3 (CLONE_VM where it can, launch.cpp);
+//                                                      // run_child (raw syscalls only, child.cpp);
 //                                                      // execve. Or start() + finish(), below.
 //
 // Errors: exceptions for everything the caller asked that cannot be done (SandboxError, ExecError
