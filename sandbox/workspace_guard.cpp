@@ -32,9 +32,34 @@ constexpr std::array<std::string_view, 17> kSubtrees = {
     "/etc",  "/usr", "/bin",     "/sbin",    "/lib",       "/lib32",     "/lib64",    "/libx32",     "/boot",
     "/proc", "/sys", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups"};
 
+// A "." or ".." component: the string comparison below would read it as a name.
+bool has_dot_component(std::string_view p) {
+  for (std::size_t at = 0; at <= p.size();) {
+    std::size_t end = p.find('/', at);
+    if (end == std::string_view::npos) end = p.size();
+    const std::string_view c = p.substr(at, end - at);
+    if (c == "." || c == "..") return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// `dir` is `top` or lies beneath it. Every caller passes lexically normal paths, where that is a
+// prefix ending at a separator: a string comparison, not path::lexically_relative's per-component
+// allocations (a launch checks each of its roots against every home's few dozen credential paths,
+// and that comparison was most of sandbox::prepare's time). Paths with "." or ".." components still
+// take the lexical route.
 bool within(const fs::path& dir, const fs::path& top) {
-  auto rel = dir.lexically_relative(top);
-  return !rel.empty() && *rel.begin() != "..";
+  std::string_view d = dir.native(), t = top.native();
+  if (t.empty() || d.empty() || has_dot_component(d) || has_dot_component(t) ||
+      d.find("//") != std::string_view::npos || t.find("//") != std::string_view::npos) {
+    auto rel = dir.lexically_relative(top);
+    return !rel.empty() && *rel.begin() != "..";
+  }
+  if (d.size() > 1 && d.back() == '/') d.remove_suffix(1);  // "/a/b/" names the directory "/a/b"
+  if (t.size() > 1 && t.back() == '/') t.remove_suffix(1);
+  if (d.size() < t.size() || d.compare(0, t.size(), t) != 0) return false;
+  return d.size() == t.size() || t.back() == '/' || d[t.size()] == '/';
 }
 
 // Strictly beneath (within() also holds for the directory itself: its relative path is ".").
