@@ -73,8 +73,9 @@ int main(int argc, char **argv) {
   posix_spawn_file_actions_adddup2(&fa, to_child[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&fa, from_child[1], STDOUT_FILENO);
   std::string seconds = argv[1];
-  char *child_argv[] = {argv[2], const_cast<char *>("paced"), seconds.data(), const_cast<char *>("1000"),
-                        const_cast<char *>("--raw"), nullptr};
+  char *child_argv[] = {
+      argv[2], const_cast<char *>("paced"), seconds.data(), const_cast<char *>("1000"), const_cast<char *>("--raw"),
+      nullptr};
   char *child_env[] = {const_cast<char *>("PATH=/usr/bin:/bin"), nullptr};
   pid_t pid = -1;
   if ((errno = ::posix_spawn(&pid, argv[2], &fa, nullptr, child_argv, child_env)) != 0) die("posix_spawn");
