@@ -19,25 +19,40 @@ using nlohmann::json;
 // ---- reading the child ---------------------------------------------------------------------------
 
 void ChildSession::do_read() {
-  // A read operation, not async_wait and a read of our own: asio's edge-triggered reactor re-arms
-  // a wait with epoll_ctl every time (one more system call per message), while it performs a read
-  // operation when the readiness edge comes, and tries it at once only when the last read filled
-  // the buffer. One read (at most 64 KiB) per completion, and a completion is queued behind the
-  // handlers already ready: a child writing without pause delays another's answer by one read.
-  from_child_.async_read_some(
-      asio::buffer(read_buf_),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t n) { self->on_read(ec, n); });
+  // No speculative read: the loop is one thread, so nothing can take the readiness edge between
+  // the last (short) read and this wait, and data that came in the meantime wakes it at once.
+  from_child_.async_wait(asio::posix::descriptor_base::wait_read,
+                         [self = shared_from_this()](boost::system::error_code ec) { self->on_readable(ec); });
 }
 
-void ChildSession::on_read(boost::system::error_code ec, std::size_t n) {
-  // End of file, cancelled (the drain timer gave up) or the descriptor failed.
-  if (ec) return on_read_end(ec);
-  consume(std::string_view(read_buf_.data(), n));
-  if (intake_busy_) {  // a large line is being decoded: read on once it is handled
-    read_paused_ = true;
-    return;
+void ChildSession::on_readable(boost::system::error_code ec) {
+  if (ec) return on_read_end(ec);  // cancelled (the drain timer gave up) or the descriptor failed
+  const int fd = from_child_.native_handle();
+  for (std::size_t taken = 0;;) {
+    if (taken >= kReadPerTurn) {
+      // Enough for one turn: the other children's ready pipes and timers go first.
+      asio::post(io_, [self = shared_from_this()] {
+        if (!self->stdout_eof_ && self->from_child_.is_open() && !self->intake_busy_) self->on_readable({});
+      });
+      return;
+    }
+    const ssize_t n = ::read(fd, read_buf_.data(), read_buf_.size());
+    if (n > 0) {
+      taken += static_cast<std::size_t>(n);
+      consume(std::string_view(read_buf_.data(), static_cast<std::size_t>(n)));
+      if (intake_busy_) {  // a large line is being decoded: read on once it is handled
+        read_paused_ = true;
+        return;
+      }
+      if (state_ == State::done || !from_child_.is_open()) return;
+      if (static_cast<std::size_t>(n) < read_buf_.size()) break;  // the pipe is empty now
+      continue;
+    }
+    if (n == 0) return on_read_end(asio::error::eof);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;  // a spurious wake-up
+    return on_read_end(boost::system::error_code(errno, boost::system::system_category()));
   }
-  if (state_ == State::done || !from_child_.is_open()) return;
   do_read();
 }
 
@@ -102,7 +117,7 @@ void ChildSession::on_intake_done() {
   if (read_paused_) {
     read_paused_ = false;
     if (!stdout_eof_ && from_child_.is_open() && state_ != State::done) {
-      do_read();  // what the pipe holds now (or a wait for it)
+      on_readable({});  // what the pipe holds now (or a wait for it)
       return;
     }
   }

@@ -149,7 +149,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   // short (a pipe that gave less than was asked for is empty), so no read ever returns EAGAIN in
   // the normal case. Each chunk is decoded as it comes (consume); on_read_end reports the end.
   void do_read();
-  void on_read(boost::system::error_code ec, std::size_t n);
+  void on_readable(boost::system::error_code ec);
   void consume(std::string_view chunk);
   void handle_frames();  // frames_, in order, until the session is finishing
   void on_read_end(boost::system::error_code ec);
@@ -243,6 +243,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   // loop for the others. Meanwhile this child is not read (its pipe fills and its writes block:
   // push-back, nothing dropped) and the frames read after that line wait in held_frames_, in order.
   static constexpr std::size_t kOffloadLine = 64 * 1024;
+  // At most this much of one child's output (one read) per turn of the loop; then the others get
+  // theirs, so a child writing without pause delays another's answer by one read at most.
+  static constexpr std::size_t kReadPerTurn = 65536;
   bool intake_busy_ = false;
   bool read_paused_ = false;  // do_read() is due once the intake is done
   std::deque<protocol::Frame> held_frames_;
