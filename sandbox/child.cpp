@@ -278,6 +278,9 @@ constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
 
 void run_child(const Plan& plan, const ChildFds& fds) noexcept {
   const int status_fd = fds.status, sync_fd = fds.sync;
+  // Our copy of the parent's end of the release socket: closed, so that the parent's death before
+  // our PR_SET_PDEATHSIG below is EOF on the socket, not a wait for ever (in the parent's memory).
+  if (fds.sync_peer >= 0) call(SYS_close, fds.sync_peer);
   // The tree limits first, before this process can do anything else. Single-threaded, we move only
   // ourselves ("0" into v1 tasks), which spares the kernel's global threadgroup lock (cgroup.hpp).
   for (int i = 0; i < fds.cgroup_join_count; ++i) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
 
 #include "sandbox/launch.hpp"
 #include "syscalls.hpp"
@@ -83,6 +84,11 @@ LandlockRuleset build_landlock(const LandlockPaths& paths, const std::string& wo
   Fd ruleset{landlock_create_ruleset(&attr, size, 0)};
   if (ruleset.fd < 0) fail("landlock_create_ruleset", errno);
   ::fcntl(ruleset.fd, F_SETFD, FD_CLOEXEC);
+  if (ruleset.fd < 3) {  // a caller with 0, 1 or 2 closed: the child's stdio dup3 would replace it
+    Fd above{::fcntl(ruleset.fd, F_DUPFD_CLOEXEC, 3)};
+    if (above.fd < 0) fail("moving the Landlock ruleset above fd 2", errno);
+    std::swap(ruleset.fd, above.fd);
+  }
 
   std::string skipped;
   for (const auto& [path, access] : rights) {

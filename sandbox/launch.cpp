@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -77,8 +78,8 @@ struct ChildStart {
 // outlive that execve (the child reads its stack-protector canary; PR_SET_PDEATHSIG asks the same).
 // What is shared with the supervisor until then, and so rules a plan out (share_memory below):
 //   - dumpable belongs to the memory. A child that makes itself dumpable for its id maps
-//     (dumpable_for_maps) would make the supervisor dumpable; so would the identity layer's
-//     setresuid (the kernel sets dumpable to fs.suid_dumpable) unless that sysctl is 0.
+//     (dumpable_for_maps) would make the supervisor dumpable; the identity layer's setresuid sets
+//     it to fs.suid_dumpable, so only where that is 0 and the launcher already is not dumpable.
 //   - an init lives on beside the target: never in the supervisor's memory.
 //   - CLONE_NEWTIME would be entered only at execve: excluded to keep the plan simple.
 //   - the OOM killer kills every process that shares its victim's memory. A child's own memory
@@ -140,8 +141,11 @@ bool kernel_at_least_5_4() noexcept {
   return yes;
 }
 
-// fs.suid_dumpable is 0: a change of the child's uid leaves the shared memory non-dumpable.
-bool setuid_keeps_memory_undumpable() noexcept {
+// A change of the child's uid leaves the shared memory's dumpable flag as it is: the kernel sets it
+// to fs.suid_dumpable, so both must be 0 already (the supervisor's protect_self; a process that is
+// still dumpable, a test or a library user, would lose it, and so would whatever it forks later).
+bool setuid_keeps_memory_as_it_is() noexcept {
+  if (::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) return false;
   Fd f(::open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC));
   char c = 0;
   return f.get() >= 0 && ::read(f.get(), &c, 1) == 1 && c == '0';
@@ -428,6 +432,7 @@ PendingLaunch start(const Plan& plan) {
   start.plan = &plan;
   start.fds.status = status_write.get();
   start.fds.sync = sync_read.get();
+  start.fds.sync_peer = state->sync_write.get();
   if (cgroups) {
     start.fds.cgroup_join_count = cgroups->join_count();
     for (int i = 0; i < cgroups->join_count(); ++i) start.fds.cgroup_join[i] = cgroups->join_fds()[i];
@@ -437,7 +442,7 @@ PendingLaunch start(const Plan& plan) {
   // Whether the child runs in our memory until execve (see SANDBOX_CLONE_VM above); without a
   // stack for it (mmap failed), a plain clone.
   bool share_memory = SANDBOX_CLONE_VM && kernel_at_least_5_4() && !plan.init && !plan.dumpable_for_maps &&
-                      !(plan.clone_flags & CLONE_NEWTIME) && (!plan.identity || setuid_keeps_memory_undumpable());
+                      !(plan.clone_flags & CLONE_NEWTIME) && (!plan.identity || setuid_keeps_memory_as_it_is());
   if (share_memory) {
     state->stack = stacks().take();
     share_memory = state->stack != nullptr;

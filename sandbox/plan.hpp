@@ -164,6 +164,7 @@ class Plan {
 struct ChildFds {
   int status = -1;                                   // close-on-exec status pipe (write end)
   int sync = -1;                                     // release pipe (read end)
+  int sync_peer = -1;                                // its other end, the parent's: closed first
   int cgroup_join[LaunchCgroups::kMaxJoinFds] = {};  // v1 `tasks` files to write "0" into, first thing
   int cgroup_join_count = 0;
 };

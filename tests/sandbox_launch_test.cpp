@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -413,62 +414,93 @@ std::size_t mappings_of_this_process() {
 
 }  // namespace
 
-// As root (on x86_64, outside sanitizer builds) the child is cloned with CLONE_VM: until execve it
-// runs in this process's memory, on a stack of its own (launch.cpp). Elsewhere it is a plain fork
-// and these hold trivially.
+// The supervisor (non-dumpable since protect_self) clones as root with CLONE_VM on x86_64 outside
+// sanitizer builds: until execve the child runs in this process's memory, on a stack of its own
+// (launch.cpp). Run here in a forked process made non-dumpable the same way, its exit code the
+// verdict. Elsewhere the clone is a plain fork and these hold trivially.
 TEST_CASE("a child cloned into the launcher's memory writes nothing of the launcher's, and its stack goes") {
   TempDir ws;
-  auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
-  // The child's set-up ends with system calls that fail by design (as root, reading the bounding
-  // set past the last capability: EINVAL). libc's wrappers would store that errno in the
-  // thread-local storage of the thread that cloned, this one.
-  sandbox::PendingLaunch pending = sandbox::start(*plan);
-  REQUIRE(pending.pid() > 0);
-  errno = ENOTTY;  // the child is released and still setting up (it has not exec'd: no EOF yet)
-  std::optional<sandbox::Child> child;
-  while (!child) {
-    struct pollfd p = {pending.status_fd(), POLLIN, 0};
-    REQUIRE(::poll(&p, 1, 10000) == 1);
-    child = pending.finish();
-  }
-  CHECK(errno == ENOTTY);
-  int status;
-  REQUIRE(::waitpid(child->pid, &status, 0) == child->pid);
-  CHECK(exit_code(status) == 0);
-  ::close(child->pidfd);
-  sandbox::release(*child);
+  pid_t tester = ::fork();
+  REQUIRE(tester >= 0);
+  if (tester == 0) {
+    try {
+      if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) ::_exit(10);
+      auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
+      // The child's set-up ends with system calls that fail by design (as root, reading the
+      // bounding set past the last capability: EINVAL). libc's wrappers would store that errno in
+      // the thread-local storage of the thread that cloned, this one.
+      sandbox::PendingLaunch pending = sandbox::start(*plan);
+      if (pending.pid() <= 0) ::_exit(11);
+      errno = ENOTTY;  // the child is released and still setting up (it has not exec'd: no EOF yet)
+      std::optional<sandbox::Child> child;
+      while (!child) {
+        struct pollfd p = {pending.status_fd(), POLLIN, 0};
+        if (::poll(&p, 1, 10000) != 1) ::_exit(12);
+        child = pending.finish();
+      }
+      if (errno != ENOTTY) ::_exit(13);
+      int status;
+      if (::waitpid(child->pid, &status, 0) != child->pid || exit_code(status) != 0) ::_exit(14);
+      ::close(child->pidfd);
+      sandbox::release(*child);
 
-  // Each launch's stack (and its guard page) is unmapped once the child has exec'd or is reaped,
-  // whichever way the launch ends.
-  const std::size_t before = mappings_of_this_process();
-  for (int i = 0; i < 30; ++i) {
-    CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"true"})).status) == 0);
-    sandbox::PendingLaunch abandoned = sandbox::start(*plan);  // destroyed unfinished: killed, reaped
+      // Each launch's stack (and its guard page) is given back once the child has exec'd or is
+      // reaped, whichever way the launch ends.
+      const std::size_t before = mappings_of_this_process();
+      for (int i = 0; i < 30; ++i) {
+        if (exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"true"})).status) != 0) ::_exit(15);
+        sandbox::PendingLaunch abandoned = sandbox::start(*plan);  // destroyed unfinished: killed, reaped
+      }
+      auto bad = request_for(ws.path, {});
+      bad.executable = "/nonexistent/program";
+      auto bad_plan = sandbox::prepare(explore_policy(), bad);
+      for (int i = 0; i < 30; ++i) {
+        try {
+          sandbox::launch(*bad_plan);
+          ::_exit(16);
+        } catch (const sandbox::ExecError&) {
+        }
+      }
+      ::_exit(mappings_of_this_process() < before + 10 ? 0 : 17);  // 90 launches: a leak adds 90 or more
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cloned into the launcher's memory: %s\n", e.what());
+      ::_exit(20);
+    }
   }
-  auto bad = request_for(ws.path, {});
-  bad.executable = "/nonexistent/program";
-  auto bad_plan = sandbox::prepare(explore_policy(), bad);
-  for (int i = 0; i < 30; ++i) CHECK_THROWS_AS(sandbox::launch(*bad_plan), sandbox::ExecError);
-  CHECK(mappings_of_this_process() < before + 10);  // 90 launches: a leak would add 90 or more
+  int status;
+  REQUIRE(::waitpid(tester, &status, 0) == tester);
+  CHECK(exit_code(status) == 0);
+}
+
+TEST_CASE("a launch leaves the launcher as dumpable as it was") {
+  // The identity layer's setresuid sets the dumpable flag of the child's memory to
+  // fs.suid_dumpable: a child that shared a still-dumpable launcher's memory would clear its flag
+  // (and that of everything it forks later). Twin: the supervisor's own launches, non-dumpable,
+  // are the test above.
+  TempDir ws;
+  REQUIRE(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
+  CHECK(exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"true"})).status) == 0);
+  CHECK(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
 }
 
 TEST_CASE("a launcher whose standard fds are closed still hears of every step the child fails") {
-  // The status pipe would take fd 0 or 1, which the child's stdio dup3 overwrites before execve:
-  // the parent would see EOF ("exec'd") while the child still sets up, and a later step's failure
-  // (here execve's) would be lost. Run in a forked process: it closes its own 0 and 1.
+  // The status pipe (and the Landlock ruleset) would take fd 0 or 1, which the child's stdio dup3 overwrites before
+  // execve: the parent would see EOF ("exec'd") while the child still sets up, and a later step's failure (here
+  // execve's) would be lost. Run in a forked process: it closes its own 0 and 1.
   TempDir ws;
   auto req = request_for(ws.path, {});
   req.executable = "/nonexistent/program";
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);  // the child's stdio: not 0, 1 or 2
   REQUIRE(null > 2);
   req.stdin_fd = req.stdout_fd = req.stderr_fd = null;
-  auto plan = sandbox::prepare(explore_policy(), req);
   pid_t tester = ::fork();
   REQUIRE(tester >= 0);
   if (tester == 0) {
     ::close(0);
     ::close(1);
     try {
+      // Prepared here: the Landlock ruleset would take fd 0 (and be replaced by the child's stdin).
+      auto plan = sandbox::prepare(explore_policy(), req);
       sandbox::PendingLaunch pending = sandbox::start(*plan);
       for (;;) {
         struct pollfd p = {pending.status_fd(), POLLIN, 0};
