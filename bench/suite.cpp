@@ -36,6 +36,7 @@
 #include "min_launcher.h"
 #include "protocol/messages.hpp"
 #include "sandbox/launch.hpp"
+#include "sandbox/protect.hpp"
 #include "seccomp.hpp"  // sandbox/seccomp.hpp: the same BPF program for the minimal C launcher
 #include "models/model.hpp"
 #include "policy/decide.hpp"
@@ -2138,6 +2139,9 @@ void bench_many(const Options &o, const Env &, asio::io_context &) {
 }
 
 int main(int argc, char **argv) {
+  // As the supervisor's main does: non-dumpable, no core, fds close-on-exec. The launch shares the
+  // launcher's memory with the child only in a non-dumpable process (sandbox/launch.cpp).
+  sandbox::protect_self();
   Options o;
   o.results = fs::path(SUBAGENT_SOURCE_DIR) / "bench" / "results";
   for (int i = 1; i < argc; ++i) {
