@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -28,6 +29,25 @@ namespace {
 bool readable_within(int fd, int ms) {
   struct pollfd p = {fd, POLLIN, 0};
   return ::poll(&p, 1, ms) == 1;
+}
+
+// Runs `body` in a forked process (for what a test must not do to the test runner: drop its ids,
+// close its standard fds, make itself non-dumpable) and returns its exit code: body's result, 20
+// for an exception (named on stderr under `what`), or minus the signal that killed it.
+int in_forked_tester(const char* what, const std::function<int()>& body) {
+  const pid_t tester = ::fork();
+  REQUIRE(tester >= 0);
+  if (tester == 0) {
+    try {
+      ::_exit(body());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s\n", what, e.what());
+    }
+    ::_exit(20);
+  }
+  int status;
+  REQUIRE(::waitpid(tester, &status, 0) == tester);
+  return exit_code(status);
 }
 
 }  // namespace
@@ -366,41 +386,31 @@ TEST_CASE("start() returns while the child still waits for the parent; finish() 
   TempDir ws;
   const bool root = ::geteuid() == 0;
   if (root) REQUIRE(::chown(ws.path.c_str(), 65534, 65534) == 0);
-  pid_t tester = ::fork();
-  REQUIRE(tester >= 0);
-  if (tester == 0) {
-    if (root && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(10);
-    try {
-      // No cgroups: this process inherited the root parent's cached cgroup roots, which uid 65534
-      // may not write.
-      auto policy = explore_policy();
-      policy.tree_limits.memory_mb = 0;
-      policy.tree_limits.cpu_percent = 0;
-      auto plan = sandbox::prepare(policy, request_for(ws.path, {"sleep", "30"}));
-      sandbox::PendingLaunch pending = sandbox::start(*plan);
-      const pid_t pid = pending.pid();
-      if (pid <= 0 || pending.status_fd() < 0) ::_exit(11);
-      // Still a copy of this process, not the probe (it waits for its id maps).
-      if (cmdline_of(pid) != cmdline_of(::getpid())) ::_exit(12);
-      if (!readable_within(pending.status_fd(), 10000)) ::_exit(13);
-      if (pending.finish()) ::_exit(14);  // the first turn writes the maps and releases it
-      if (!readable_within(pending.status_fd(), 10000)) ::_exit(15);
-      std::optional<sandbox::Child> child = pending.finish();
-      if (!child || child->pid != pid) ::_exit(16);
-      // Twin of the check above: now it is the probe.
-      if (cmdline_of(pid).find("sandbox_probe") == std::string::npos) ::_exit(17);
-      ::kill(pid, SIGKILL);
-      int status;
-      if (::waitpid(pid, &status, 0) != pid) ::_exit(18);
-      ::_exit(0);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "as uid 65534: %s\n", e.what());
-      ::_exit(20);
-    }
-  }
-  int status;
-  REQUIRE(::waitpid(tester, &status, 0) == tester);
-  CHECK(exit_code(status) == 0);
+  CHECK(in_forked_tester("as uid 65534", [&] {
+          if (root && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) return 10;
+          // No cgroups: this process inherited the root parent's cached cgroup roots, which uid 65534
+          // may not write.
+          auto policy = explore_policy();
+          policy.tree_limits.memory_mb = 0;
+          policy.tree_limits.cpu_percent = 0;
+          auto plan = sandbox::prepare(policy, request_for(ws.path, {"sleep", "30"}));
+          sandbox::PendingLaunch pending = sandbox::start(*plan);
+          const pid_t pid = pending.pid();
+          if (pid <= 0 || pending.status_fd() < 0) return 11;
+          // Still a copy of this process, not the probe (it waits for its id maps).
+          if (cmdline_of(pid) != cmdline_of(::getpid())) return 12;
+          if (!readable_within(pending.status_fd(), 10000)) return 13;
+          if (pending.finish()) return 14;  // the first turn writes the maps and releases it
+          if (!readable_within(pending.status_fd(), 10000)) return 15;
+          std::optional<sandbox::Child> child = pending.finish();
+          if (!child || child->pid != pid) return 16;
+          // Twin of the check above: now it is the probe.
+          if (cmdline_of(pid).find("sandbox_probe") == std::string::npos) return 17;
+          ::kill(pid, SIGKILL);
+          int status;
+          if (::waitpid(pid, &status, 0) != pid) return 18;
+          return 0;
+        }) == 0);
 }
 
 namespace {
@@ -420,61 +430,51 @@ std::size_t mappings_of_this_process() {
 // verdict. Elsewhere the clone is a plain fork and these hold trivially.
 TEST_CASE("a child cloned into the launcher's memory writes nothing of the launcher's, and its stack goes") {
   TempDir ws;
-  pid_t tester = ::fork();
-  REQUIRE(tester >= 0);
-  if (tester == 0) {
-    try {
-      if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) ::_exit(10);
-      auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
-      // The child's set-up ends with system calls that fail by design (as root, reading the
-      // bounding set past the last capability: EINVAL). libc's wrappers would store that errno in
-      // the thread-local storage of the thread that cloned, this one.
-      sandbox::PendingLaunch pending = sandbox::start(*plan);
-      if (pending.pid() <= 0) ::_exit(11);
-      errno = ENOTTY;  // the child is released and still setting up (it has not exec'd: no EOF yet)
-      std::optional<sandbox::Child> child;
-      while (!child) {
-        struct pollfd p = {pending.status_fd(), POLLIN, 0};
-        if (::poll(&p, 1, 10000) != 1) ::_exit(12);
-        child = pending.finish();
-      }
-      if (errno != ENOTTY) ::_exit(13);
-      int status;
-      if (::waitpid(child->pid, &status, 0) != child->pid || exit_code(status) != 0) ::_exit(14);
-      ::close(child->pidfd);
-      sandbox::release(*child);
+  CHECK(in_forked_tester("cloned into the launcher's memory", [&] {
+          if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return 10;
+          auto plan = sandbox::prepare(explore_policy(), request_for(ws.path, {"true"}));
+          // The child's set-up ends with system calls that fail by design (as root, reading the
+          // bounding set past the last capability: EINVAL). libc's wrappers would store that errno in
+          // the thread-local storage of the thread that cloned, this one.
+          sandbox::PendingLaunch pending = sandbox::start(*plan);
+          if (pending.pid() <= 0) return 11;
+          errno = ENOTTY;  // the child is released and still setting up (it has not exec'd: no EOF yet)
+          std::optional<sandbox::Child> child;
+          while (!child) {
+            struct pollfd p = {pending.status_fd(), POLLIN, 0};
+            if (::poll(&p, 1, 10000) != 1) return 12;
+            child = pending.finish();
+          }
+          if (errno != ENOTTY) return 13;
+          int status;
+          if (::waitpid(child->pid, &status, 0) != child->pid || exit_code(status) != 0) return 14;
+          ::close(child->pidfd);
+          sandbox::release(*child);
 
-      // Each launch's stack (and its guard page) is given back once the child has exec'd or is
-      // reaped, whichever way the launch ends.
-      const std::size_t before = mappings_of_this_process();
-      for (int i = 0; i < 30; ++i) {
-        if (exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"true"})).status) != 0) ::_exit(15);
-        sandbox::PendingLaunch abandoned = sandbox::start(*plan);  // destroyed unfinished: killed, reaped
-      }
-      auto bad = request_for(ws.path, {});
-      bad.executable = "/nonexistent/program";
-      auto bad_plan = sandbox::prepare(explore_policy(), bad);
-      for (int i = 0; i < 30; ++i) {
-        try {
-          sandbox::launch(*bad_plan);
-          ::_exit(16);
-        } catch (const sandbox::ExecError&) {
-        }
-      }
+          // Each launch's stack (and its guard page) is given back once the child has exec'd or is
+          // reaped, whichever way the launch ends.
+          const std::size_t before = mappings_of_this_process();
+          for (int i = 0; i < 30; ++i) {
+            if (exit_code(run_sandboxed(explore_policy(), request_for(ws.path, {"true"})).status) != 0) return 15;
+            sandbox::PendingLaunch abandoned = sandbox::start(*plan);  // destroyed unfinished: killed, reaped
+          }
+          auto bad = request_for(ws.path, {});
+          bad.executable = "/nonexistent/program";
+          auto bad_plan = sandbox::prepare(explore_policy(), bad);
+          for (int i = 0; i < 30; ++i) {
+            try {
+              sandbox::launch(*bad_plan);
+              return 16;
+            } catch (const sandbox::ExecError&) {
+            }
+          }
 #ifdef SUBAGENT_SANITIZER_BUILD
-      (void)before;  // a plain fork there (no stacks), and the sanitizer's allocator maps as it likes
-      ::_exit(0);
+          (void)before;  // a plain fork there (no stacks), and the sanitizer's allocator maps as it likes
+          return 0;
 #else
-      ::_exit(mappings_of_this_process() < before + 10 ? 0 : 17);  // 90 launches: a leak adds 90 or more
+    return mappings_of_this_process() < before + 10 ? 0 : 17;  // 90 launches: a leak adds 90 or more
 #endif
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "cloned into the launcher's memory: %s\n", e.what());
-      ::_exit(20);
-    }
-  }
-  int status;
-  REQUIRE(::waitpid(tester, &status, 0) == tester);
-  CHECK(exit_code(status) == 0);
+        }) == 0);
 }
 
 TEST_CASE("a launch leaves the launcher as dumpable as it was") {
@@ -498,9 +498,7 @@ TEST_CASE("a launcher whose standard fds are closed still hears of every step th
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);  // the child's stdio: not 0, 1 or 2
   REQUIRE(null > 2);
   req.stdin_fd = req.stdout_fd = req.stderr_fd = null;
-  pid_t tester = ::fork();
-  REQUIRE(tester >= 0);
-  if (tester == 0) {
+  const int verdict = in_forked_tester("with 0 and 1 closed", [&] {
     ::close(0);
     ::close(1);
     try {
@@ -509,18 +507,13 @@ TEST_CASE("a launcher whose standard fds are closed still hears of every step th
       sandbox::PendingLaunch pending = sandbox::start(*plan);
       for (;;) {
         struct pollfd p = {pending.status_fd(), POLLIN, 0};
-        if (::poll(&p, 1, 10000) != 1) ::_exit(11);
-        if (pending.finish()) ::_exit(12);  // "exec'd": the execve step's failure went unheard
+        if (::poll(&p, 1, 10000) != 1) return 11;
+        if (pending.finish()) return 12;  // "exec'd": the execve step's failure went unheard
       }
     } catch (const sandbox::ExecError& e) {
-      ::_exit(std::string(e.what()).find("execve") != std::string::npos ? 0 : 13);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "with 0 and 1 closed: %s\n", e.what());
-      ::_exit(20);
+      return std::string(e.what()).find("execve") != std::string::npos ? 0 : 13;
     }
-  }
+  });
   ::close(null);
-  int status;
-  REQUIRE(::waitpid(tester, &status, 0) == tester);
-  CHECK(exit_code(status) == 0);
+  CHECK(verdict == 0);
 }
