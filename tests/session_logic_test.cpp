@@ -50,8 +50,10 @@ struct Spec {
   std::function<void(ChildSession&)> after_done;  // runs on the loop once the envelope is out
 };
 
-// The session of the run in progress, for a script that acts on it (a cancel at a chosen moment).
+// The session of the run in progress, for a script that acts on it (a cancel at a chosen moment),
+// and its loop, for a script that acts later (a line sent in pieces with pauses between them).
 ChildSession* g_session = nullptr;
+boost::asio::io_context* g_io = nullptr;
 
 Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullptr) {
   test::TempDir ws;
@@ -78,6 +80,7 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   cfg.on_progress = [&](const Progress& p) { out.progress.push_back(p); };
   auto session = ChildSession::create(io, cfg, make_provider("replay:" + script, io));
   g_session = session.get();
+  g_io = &io;
   session->start([&](const proto::Envelope& e) {
     out.env = e;
     ++out.done_calls;
@@ -94,6 +97,7 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   REQUIRE_MESSAGE(out.done_calls == 1, "the session did not finish exactly once");
   CHECK(runtime->alive() == 0);  // no child outlives its session
   g_session = nullptr;
+  g_io = nullptr;
   session.reset();
   return out;
 }
@@ -460,6 +464,125 @@ TEST_CASE("a child that exits right after a long line and its final loses neithe
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     CHECK(r.env.answer.text == "the last word");
+  }
+}
+
+// Sends `bytes` to the session in pieces of `piece` bytes, `pause` apart, then runs `then`.
+void send_in_pieces(std::weak_ptr<ScriptedChild> weak, std::shared_ptr<std::string> bytes, std::size_t piece,
+                    std::chrono::milliseconds pause, std::function<void(ScriptedChild&)> then) {
+  auto child = weak.lock();
+  if (!child || child->ended()) return;
+  if (bytes->empty()) return then(*child);
+  const std::size_t n = std::min(piece, bytes->size());
+  child->send_raw(bytes->substr(0, n));
+  bytes->erase(0, n);
+  auto timer = std::make_shared<boost::asio::steady_timer>(*g_io, pause);
+  timer->async_wait([timer, weak, bytes, piece, pause, then](boost::system::error_code ec) {
+    if (!ec) send_in_pieces(weak, bytes, piece, pause, then);
+  });
+}
+
+std::string varied(std::size_t size) {  // no two neighbouring 64 KiB blocks alike: a lost or doubled piece shows
+  std::string s;
+  s.reserve(size);
+  for (std::size_t i = 0; s.size() < size; ++i) s += std::to_string(i) + ",";
+  s.resize(size);
+  return s;
+}
+
+TEST_CASE("a long line the child writes in pieces, with pauses, arrives whole and before the lines after it") {
+  // The session gathers a long line across reads and waits for the pipe between pieces (the line
+  // is decoded on a worker once whole); the short lines in the last piece come after it, in order.
+  // Twin: the same line in one write.
+  const std::string pattern = varied(300 * 1024);
+  for (const std::size_t piece : {std::size_t{40 * 1024}, std::size_t{7 * 1024}, std::size_t{1 << 20}}) {
+    CAPTURE(piece);
+    auto decided = std::make_shared<std::vector<std::string>>();
+    Spec s;
+    s.script = [decided, pattern, piece](std::shared_ptr<ScriptedChild> c) {
+      c->send(proto::Hello{{1}, "script/1"});
+      std::weak_ptr<ScriptedChild> weak = c;
+      c->on_message([weak, decided, pattern, piece](const proto::SupervisorMessage& m) {
+        auto child = weak.lock();
+        if (!child) return;
+        if (std::holds_alternative<proto::Welcome>(m)) {
+          auto bytes = std::make_shared<std::string>(
+              proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", pattern}}}) +
+              proto::encode_line(proto::ToolRequest{"t2", "grep", json{{"pattern", "small"}}}) +
+              proto::encode_line(proto::Log{"info", "after the long line"}));
+          send_in_pieces(weak, bytes, piece, std::chrono::milliseconds(20), [](ScriptedChild&) {});
+        } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+          decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
+          if (decided->size() < 2) return;
+          child->send(proto::ToolDone{"t1", true, 1, {}});
+          child->send(proto::ToolDone{"t2", true, 1, {}});
+          child->send(proto::Final{"both ran", "both ran", json::object()});
+          child->exit(0);
+        }
+      });
+    };
+    auto r = run(s);
+    CHECK(r.env.status == Status::completed);
+    CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow"});
+    const json* first = r.first("tool_decision");
+    REQUIRE(first);
+    CHECK((*first)["id"] == "t1");
+    CHECK((*first)["args"]["pattern"].get<std::string>() == pattern);  // whole, as the child sent it
+    bool logged = false;
+    for (const auto& l : r.logs) logged = logged || l.find("after the long line") != std::string::npos;
+    CHECK(logged);
+  }
+}
+
+TEST_CASE("a child that stops inside a long line is ended by its deadline, as one inside a short line is") {
+  // No newline ever comes: the session holds the line so far and waits for the pipe, so the
+  // deadline still ends the child (timeout) and the session finishes.
+  for (const std::size_t size : {std::size_t{100}, std::size_t{200 * 1024}}) {
+    CAPTURE(size);
+    Spec s;
+    s.limits.timeout_ms = 300;
+    s.limits.wrap_up_grace_ms = 100;
+    s.script = hello_then([size](ScriptedChild& child) { child.send_raw(std::string(size, 'x')); });
+    auto r = run(s);
+    CHECK(r.env.status == Status::timeout);
+  }
+}
+
+TEST_CASE("a long line cut by the end of the child's output, or over the line cap, is a protocol error naming it") {
+  // In pieces, so the end and the cap are found after reads that each left the line unfinished.
+  SUBCASE("the output ends inside the line") {
+    Spec s;
+    s.script = [](std::shared_ptr<ScriptedChild> c) {
+      c->send(proto::Hello{{1}, "script/1"});
+      std::weak_ptr<ScriptedChild> weak = c;
+      c->on_message([weak](const proto::SupervisorMessage& m) {
+        if (!std::holds_alternative<proto::Welcome>(m)) return;
+        send_in_pieces(weak, std::make_shared<std::string>(100 * 1024, 'x'), 40 * 1024, std::chrono::milliseconds(10),
+                       [](ScriptedChild& child) {
+                         child.close_stdout();
+                         child.exit(0);
+                       });
+      });
+    };
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find("ended inside a line of 102400 bytes") != std::string::npos);
+  }
+  SUBCASE("the line passes the cap") {
+    const std::size_t size = proto::kDefaultMaxLine + 300 * 1024;
+    Spec s;
+    s.script = [size](std::shared_ptr<ScriptedChild> c) {
+      c->send(proto::Hello{{1}, "script/1"});
+      std::weak_ptr<ScriptedChild> weak = c;
+      c->on_message([weak, size](const proto::SupervisorMessage& m) {
+        if (!std::holds_alternative<proto::Welcome>(m)) return;
+        send_in_pieces(weak, std::make_shared<std::string>(std::string(size, 'x') + "\n"), 256 * 1024,
+                       std::chrono::milliseconds(10), [](ScriptedChild&) {});
+      });
+    };
+    auto r = run(s);
+    CHECK(r.env.status == Status::protocol_error);
+    CHECK(r.env.reason.find("line_too_long (a line of at least " + std::to_string(size)) != std::string::npos);
   }
 }
 
