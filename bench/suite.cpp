@@ -41,8 +41,8 @@
 #include "models/model.hpp"
 #include "policy/decide.hpp"
 #include "policy/preset.hpp"
-#include "orchestration/session.hpp"
-#include "orchestration/hub.hpp"
+#include "session/session.hpp"
+#include "scheduling/hub.hpp"
 #include "records/transcript.hpp"
 #include "runtime/in_process_runtime.hpp"
 

@@ -1,7 +1,7 @@
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 
 #include "frontends/control.hpp"
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 #include <doctest/doctest.h>
 

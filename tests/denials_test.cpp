@@ -13,7 +13,7 @@
 #include "serve_driver.hpp"
 #include "policy/preset.hpp"
 #include "records/scrub.hpp"
-#include "orchestration/session_records.hpp"
+#include "session/session_records.hpp"
 #include "records/transcript.hpp"
 #include "test_util.hpp"
 

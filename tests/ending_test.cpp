@@ -1,7 +1,7 @@
-// The one place a child's ending is decided (orchestration/ending.hpp): every state x event pair,
+// The one place a child's ending is decided (session/ending.hpp): every state x event pair,
 // and no event after the seal changing anything. The sessions that use it: session_logic_test.cpp
 // (in-process children) and session_test.cpp (real sandboxed children).
-#include "orchestration/ending.hpp"
+#include "session/ending.hpp"
 
 #include <doctest/doctest.h>
 

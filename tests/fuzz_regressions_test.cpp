@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "protocol/messages.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "frontends/control.hpp"
 #include "frontends/parent_io.hpp"
 #include "policy/preset.hpp"

@@ -1,6 +1,6 @@
 // The hub behind `serve` and `mcp`: scope checks (inherit, never widen), approvals, the concurrency
 // and per-turn limits, cancel, the one-writer lock, and implementation worktrees with patches.
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "orchestration/offload.hpp"
+#include "scheduling/offload.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

@@ -19,10 +19,10 @@
 
 #include "fake_model_server.hpp"
 #include "serve_driver.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "models/model_config.hpp"
 #include "models/providers.hpp"
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 #include "web/web_tools.hpp"
 #include "test_util.hpp"
 

@@ -1,5 +1,5 @@
 // Crash recovery (issue 33 item 5): a supervisor killed with SIGKILL while a child is queued, running
-// or having its patch collected leaves a registry (orchestration/recovery.hpp); the next start of a
+// or having its patch collected leaves a registry (scheduling/recovery.hpp); the next start of a
 // command on the same state directory (here `recover` and `run`) marks the transcripts abandoned with
 // an audit line, removes and unregisters the worktree and the cgroups. The twin: a live supervisor's
 // registry is left alone while another command starts, and its child completes.

@@ -9,9 +9,9 @@
 #include <csignal>
 #include <filesystem>
 
-#include "orchestration/budgets.hpp"
-#include "orchestration/scope.hpp"
-#include "orchestration/session.hpp"
+#include "session/budgets.hpp"
+#include "session/scope.hpp"
+#include "session/session.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

@@ -1,7 +1,7 @@
 // End-to-end tests of one child session: a real sandboxed child process, the real protocol, budgets
 // enforced by the supervisor. The reference child runs replay scripts; tests/programs/fake_child
 // misbehaves on purpose.
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

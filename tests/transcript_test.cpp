@@ -1,6 +1,6 @@
 // Transcript store: content and format, atomic writes under SIGKILL, the never-overwrite rule,
 // retention, unwritable and full directories, and planted secrets across a real session.
-#include "orchestration/session_records.hpp"
+#include "session/session_records.hpp"
 #include "records/transcript.hpp"
 
 #include <doctest/doctest.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "records/audit.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;
@@ -781,7 +781,7 @@ TEST_CASE("secrets planted in the brief, a tool call, a tool result, a model rep
 
 TEST_CASE("secrets in a tool call of over 64 KiB (decoded and scrubbed off the loop) survive nowhere") {
   // A line this long is decoded on a worker, which scrubs the call's arguments for its event there
-  // (orchestration/session.hpp, kOffloadLine): the same promise as the planted-secret test above.
+  // (session/session.hpp, kOffloadLine): the same promise as the planted-secret test above.
   ::setenv(kEnvName, kEnvValue, 1);
   test::TempDir store;
   const std::string pattern =

@@ -3,7 +3,7 @@
 // workspace modes, the writer lock covers ancestors and descendants, patches are reviewed, and
 // later-execution paths are protected or flagged. Every "did not run" has a twin showing that the
 // same repository does run the program for a plain `git` call.
-#include "orchestration/git_step.hpp"
+#include "workspace/git_step.hpp"
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -21,7 +21,7 @@
 #include "policy/preset.hpp"
 #include "workspace/later_execution.hpp"
 #include "workspace/lock.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/held.hpp"
 #include "test_util.hpp"
 
 using nlohmann::json;

@@ -3,8 +3,8 @@
 
 #include "records/terminal.hpp"
 #include "cli/cli.hpp"
-#include "orchestration/apply_work.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/apply_work.hpp"
+#include "workspace/held.hpp"
 
 namespace supervisor::cli {
 

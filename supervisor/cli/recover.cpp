@@ -1,10 +1,10 @@
-// Crash recovery on the command line (orchestration/recovery.hpp): `subagent-supervisor recover`,
+// Crash recovery on the command line (scheduling/recovery.hpp): `subagent-supervisor recover`,
 // and the settling every command that uses the state directory does when it starts.
 #include <cstdio>
 
 #include "cli/cli.hpp"
-#include "orchestration/hub.hpp"
-#include "orchestration/recovery.hpp"
+#include "scheduling/hub.hpp"
+#include "scheduling/recovery.hpp"
 #include "records/terminal.hpp"
 
 namespace supervisor::cli {

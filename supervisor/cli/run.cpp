@@ -17,7 +17,7 @@
 #include "sandbox/launch.hpp"
 #include "sandbox/workspace_guard.hpp"
 #include "records/terminal.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "records/audit.hpp"
 #include "cli/cli.hpp"
 #include "cli/front_end.hpp"
@@ -25,8 +25,8 @@
 #include "cli/install_layout.hpp"
 #include "records/scrub.hpp"
 #include "web/research.hpp"
-#include "orchestration/session.hpp"
-#include "orchestration/session_records.hpp"
+#include "session/session.hpp"
+#include "session/session_records.hpp"
 #include "records/transcript.hpp"
 
 namespace supervisor::cli {

@@ -19,7 +19,7 @@
 #include "sandbox/workspace_guard.hpp"
 #include "cli/cli.hpp"
 #include "cli/install_layout.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/held.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor::cli {

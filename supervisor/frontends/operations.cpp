@@ -1,7 +1,7 @@
 // The operations every front end offers a parent (operations.hpp), over one Hub.
 #include "frontends/operations.hpp"
 
-#include "orchestration/apply_work.hpp"
+#include "workspace/apply_work.hpp"
 #include "policy/decide.hpp"
 
 namespace supervisor {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "orchestration/offload.hpp"
+#include "scheduling/offload.hpp"
 #include "sandbox/launch.hpp"
 
 namespace supervisor {

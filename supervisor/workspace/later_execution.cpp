@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "orchestration/git_step.hpp"
+#include "workspace/git_step.hpp"
 #include "workspace/later_execution.hpp"
 
 namespace supervisor {

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "orchestration/git_step.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/git_step.hpp"
+#include "workspace/held.hpp"
 
 namespace supervisor {
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "orchestration/git_step.hpp"
+#include "workspace/git_step.hpp"
 #include "workspace/later_execution.hpp"
 
 namespace supervisor {

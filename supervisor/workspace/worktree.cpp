@@ -15,7 +15,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "orchestration/git_step.hpp"
+#include "workspace/git_step.hpp"
 #include "workspace/lock.hpp"
 
 namespace supervisor {

@@ -11,7 +11,7 @@
 #include "fuzz_util.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "frontends/control.hpp"
 
 namespace {

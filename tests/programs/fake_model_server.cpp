@@ -252,8 +252,8 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 // caching is simulated the way each API documents it (OpenAI: the longest prefix shared with an earlier
 // request, in 128-token steps from 1,024; Anthropic: only at cache_control breakpoints, read where an
 // earlier request wrote the same prefix, written up to the last breakpoint).
-const char* const kLoopFiles[] = {"supervisor/orchestration/session.cpp",
-                                  "supervisor/orchestration/hub.cpp",
+const char* const kLoopFiles[] = {"supervisor/session/session.cpp",
+                                  "supervisor/scheduling/hub.cpp",
                                   "supervisor/net/http_client.cpp",
                                   "supervisor/records/transcript.cpp",
                                   "supervisor/web/web_tools.cpp",
@@ -412,7 +412,7 @@ bool loop(int fd, const json& body, const std::string& scenario, const std::stri
                                 : "## Summary\nExplored " + std::to_string(k) +
                                       " file windows of the repository.\n## What I did or found\n"
                                       "Read the session, hub, HTTP and protocol code.\n## Evidence\n- "
-                                      "supervisor/orchestration/session.cpp:1 - the session\n";
+                                      "supervisor/session/session.cpp:1 - the session\n";
   const std::string args_text = args.dump();
   const long visible = tokens_of(text.size() + (call ? args_text.size() + 9 : 0), 4);
   const bool fill = l.fill && !call;

@@ -73,7 +73,7 @@ int cmd_mcp(Args args);
 int cmd_apply(Args args);
 // `subagent-supervisor audit`: queries an audit log ("what did child X do", "which children ran commands").
 int cmd_audit(Args args);
-// `subagent-supervisor recover`: settles what dead supervisors left (orchestration/recovery.hpp).
+// `subagent-supervisor recover`: settles what dead supervisors left (scheduling/recovery.hpp).
 int cmd_recover(Args args);
 // What every command using the state directory does first: settles dead supervisors' leftovers,
 // one stderr line per child settled (and per problem).

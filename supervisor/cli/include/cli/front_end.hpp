@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cli/cli.hpp"
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 namespace supervisor::cli {
 

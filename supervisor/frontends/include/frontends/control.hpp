@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 namespace supervisor {
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/envelope.hpp"
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor::mcp {

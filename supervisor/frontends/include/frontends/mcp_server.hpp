@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor {

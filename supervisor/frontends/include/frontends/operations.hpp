@@ -29,8 +29,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "orchestration/hub.hpp"
-#include "orchestration/offload.hpp"
+#include "scheduling/hub.hpp"
+#include "scheduling/offload.hpp"
 #include "policy/preset.hpp"
 #include "workspace/patch.hpp"
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <filesystem>
 
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 namespace supervisor {
 

@@ -1,9 +1,9 @@
 // A child's budgets in one place: what they are (Budgets, with the shipped defaults), what a request
 // may ask (BudgetOverrides) and how it tightens them (tighten: inherit, never widen), which one ran
 // out (Budget), and what the child is told of them (child_limits). Around it: a preset's `budgets`
-// section is parsed in preset.cpp; a parent's scope caps them in orchestration/scope.hpp
+// section is parsed in preset.cpp; a parent's scope caps them in session/scope.hpp
 // (effective_budgets: preset ∩ scope ∩ limits); a running child's use is counted against them in
-// orchestration/budget_meter.hpp, with the input estimate of orchestration/budgets.hpp.
+// session/budget_meter.hpp, with the input estimate of session/budgets.hpp.
 //
 // Errors: tighten() throws WideningError naming the field and both values.
 #pragma once

@@ -18,7 +18,7 @@
 //
 // Threading: TranscriptStore may be shared between sessions and threads (it locks what it shares);
 // a Transcript belongs to one session and is used on one thread at a time: the session's io thread,
-// or a worker the hub hands a finished session's records to (orchestration/hub.cpp). A background
+// or a worker the hub hands a finished session's records to (scheduling/hub.cpp). A background
 // store writes on its own thread (TranscriptOptions::background), one job at a time in the order
 // they were queued: open() queues the first version and then the retention scan and returns without
 // touching the disk beyond the id checks, and record() queues checkpoints behind, except an approval

@@ -1,5 +1,5 @@
 // Crash recovery (recovery.hpp): the registry a live supervisor keeps, and the settling of a dead one's.
-#include "orchestration/recovery.hpp"
+#include "scheduling/recovery.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -14,8 +14,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "orchestration/held.hpp"
-#include "orchestration/session.hpp"
+#include "workspace/held.hpp"
+#include "session/session.hpp"
 #include "workspace/worktree.hpp"
 #include "records/audit.hpp"
 #include "records/events.hpp"

@@ -1,6 +1,6 @@
 // ChildSession's I/O (session.hpp): reading and decoding the child's protocol lines, its stderr and
 // log, its end as its runtime reports it, and the write queue to its stdin.
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 
 #include <unistd.h>
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "models/model_config.hpp"
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 #include "policy/preset.hpp"
 #include "protocol/messages.hpp"
 

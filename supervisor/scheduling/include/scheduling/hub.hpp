@@ -26,16 +26,16 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "protocol/envelope.hpp"
-#include "orchestration/budgets.hpp"
-#include "orchestration/scope.hpp"
+#include "session/budgets.hpp"
+#include "session/scope.hpp"
 #include "records/audit.hpp"
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 #include "records/transcript.hpp"
 #include "workspace/lock.hpp"
 #include "workspace/patch.hpp"
 #include "workspace/worktree.hpp"
-#include "orchestration/offload.hpp"
-#include "orchestration/recovery.hpp"
+#include "scheduling/offload.hpp"
+#include "scheduling/recovery.hpp"
 
 namespace supervisor {
 

@@ -1,7 +1,7 @@
 // ChildSession's lifecycle (session.hpp): create, start (through its runtime), cancel, wrap-up,
 // failure, kill, and the one envelope. The I/O is in session_io.cpp, the model calls
 // and tool decisions in session_broker.cpp.
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 
 #include <sys/random.h>
 #include <sys/statfs.h>

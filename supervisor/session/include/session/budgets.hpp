@@ -15,7 +15,7 @@
 
 #include "protocol/messages.hpp"
 #include "models/model_config.hpp"
-#include "orchestration/scope.hpp"
+#include "session/scope.hpp"
 #include "policy/preset.hpp"
 
 namespace supervisor {

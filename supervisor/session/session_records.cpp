@@ -1,6 +1,6 @@
 // SessionRecords: one session's events into its transcript and the audit log; everything that leaves
 // the supervisor through the session's callbacks scrubbed first.
-#include "orchestration/session_records.hpp"
+#include "session/session_records.hpp"
 
 namespace supervisor {
 

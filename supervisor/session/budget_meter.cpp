@@ -1,5 +1,5 @@
 // BudgetMeter (budget_meter.hpp): a child's budget use and the checks against its budgets.
-#include "orchestration/budget_meter.hpp"
+#include "session/budget_meter.hpp"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // Scope arithmetic (scope.hpp): every check that keeps a child within its preset, its parent's scope
 // and its spawn's limits.
-#include "orchestration/scope.hpp"
+#include "session/scope.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,10 +1,10 @@
-#include "orchestration/hub.hpp"
+#include "scheduling/hub.hpp"
 
 #include "web/research.hpp"
-#include "orchestration/session_records.hpp"
+#include "session/session_records.hpp"
 
 #include "sandbox/workspace_guard.hpp"
-#include "orchestration/held.hpp"
+#include "workspace/held.hpp"
 
 #include <malloc.h>
 #include <sys/statfs.h>

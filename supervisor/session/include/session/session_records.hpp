@@ -16,7 +16,7 @@
 #include "protocol/envelope.hpp"
 #include "records/audit.hpp"
 #include "records/scrub.hpp"
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 #include "records/transcript.hpp"
 
 namespace supervisor {

@@ -23,7 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "orchestration/budget_meter.hpp"
+#include "session/budget_meter.hpp"
 #include "protocol/envelope.hpp"
 
 namespace supervisor {

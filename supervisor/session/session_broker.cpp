@@ -1,6 +1,6 @@
 // ChildSession's broker (session.hpp): the handshake, every model call with its budget reservation,
 // and every tool request with its decision, approval and result.
-#include "orchestration/session.hpp"
+#include "session/session.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "orchestration/budgets.hpp"
+#include "session/budgets.hpp"
 
 #include <algorithm>
 #include <cctype>

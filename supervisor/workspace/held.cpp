@@ -1,4 +1,4 @@
-#include "orchestration/held.hpp"
+#include "workspace/held.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 // The one place a child's ending is decided (ending.hpp).
-#include "orchestration/ending.hpp"
+#include "session/ending.hpp"
 
 #include <cstring>
 

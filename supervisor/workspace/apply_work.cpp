@@ -1,5 +1,5 @@
 // `apply ID` (apply_work.hpp): whichever a child left, its patch or its held later-execution files.
-#include "orchestration/apply_work.hpp"
+#include "workspace/apply_work.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "orchestration/held.hpp"
+#include "workspace/held.hpp"
 #include "workspace/lock.hpp"
 
 namespace supervisor {

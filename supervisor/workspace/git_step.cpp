@@ -1,4 +1,4 @@
-#include "orchestration/git_step.hpp"
+#include "workspace/git_step.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
