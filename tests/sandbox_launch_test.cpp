@@ -184,18 +184,26 @@ TEST_CASE("a double-forked setsid grandchild dies with the child") {
 }
 
 TEST_CASE("the child dies with the thread that launched it (PR_SET_PDEATHSIG)") {
+  // With a PID namespace the child is its init, whose death ends the namespace; without one the
+  // parent-death signal is all that ends it. Twin: a plain fork and exec outlives the launcher.
   TempDir ws;
-  auto run_in_intermediate = [&](bool sandboxed) {
+  enum class Launch { plain, sandboxed, no_pid_namespace };
+  auto run_in_intermediate = [&](Launch how) {
     int out[2], go[2];
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(go, O_CLOEXEC) == 0);
     pid_t mid = ::fork();
     if (mid == 0) {
       char byte;
-      if (sandboxed) {
+      if (how != Launch::plain) {
         auto req = request_for(ws.path, {"sleep", "30"});
         req.stdout_fd = out[1];
-        auto plan = sandbox::prepare(explore_policy(), req);
+        auto policy = explore_policy();
+        if (how == Launch::no_pid_namespace) {
+          policy = without_new_root(policy);
+          policy.namespaces = {"user", "net", "ipc", "uts"};
+        }
+        auto plan = sandbox::prepare(policy, req);
         sandbox::launch(*plan);
       } else if (::fork() == 0) {
         ::dup2(out[1], 1);
@@ -214,12 +222,13 @@ TEST_CASE("the child dies with the thread that launched it (PR_SET_PDEATHSIG)") 
     int status;
     ::waitpid(mid, &status, 0);
     bool eof = readable_within(out[0], 2000) && drain(out[0]).empty();
-    if (!sandboxed) ::kill(std::atoi(buf), SIGKILL);
+    if (how == Launch::plain) ::kill(std::atoi(buf), SIGKILL);
     ::close(out[0]);
     return eof;
   };
-  CHECK(!run_in_intermediate(false));
-  CHECK(run_in_intermediate(true));
+  CHECK(!run_in_intermediate(Launch::plain));
+  CHECK(run_in_intermediate(Launch::sandboxed));
+  CHECK(run_in_intermediate(Launch::no_pid_namespace));
 }
 
 TEST_CASE("layers() reports every layer, and kernel_support() what the kernel offers") {
