@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 #include "test_util.hpp"
 
 using namespace supervisor;

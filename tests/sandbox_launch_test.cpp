@@ -196,15 +196,20 @@ TEST_CASE("the child dies with the thread that launched it (PR_SET_PDEATHSIG)") 
     if (mid == 0) {
       char byte;
       if (how != Launch::plain) {
-        auto req = request_for(ws.path, {"sleep", "30"});
-        req.stdout_fd = out[1];
-        auto policy = explore_policy();
-        if (how == Launch::no_pid_namespace) {
-          policy = without_new_root(policy);
-          policy.namespaces = {"user", "net", "ipc", "uts"};
+        try {  // never back into the test runner from this fork
+          auto req = request_for(ws.path, {"sleep", "30"});
+          req.stdout_fd = out[1];
+          auto policy = explore_policy();
+          if (how == Launch::no_pid_namespace) {
+            policy = without_new_root(policy);
+            policy.namespaces = {"user", "net", "ipc", "uts"};
+          }
+          auto plan = sandbox::prepare(policy, req);
+          sandbox::launch(*plan);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "the launch in the intermediate: %s\n", e.what());
+          ::_exit(30);
         }
-        auto plan = sandbox::prepare(policy, req);
-        sandbox::launch(*plan);
       } else if (::fork() == 0) {
         ::dup2(out[1], 1);
         ::execl(kProbe.c_str(), kProbe.c_str(), "sleep", "30", nullptr);

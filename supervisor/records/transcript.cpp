@@ -331,7 +331,7 @@ struct TranscriptStore::Shared {
   void post_write(std::function<void()> job) {
     std::lock_guard lock(wmu);
     if (!writer.joinable()) {
-      // Never takes SIGINT or SIGTERM (as the offload workers, scheduling/offload.cpp): the front
+      // Never takes SIGINT or SIGTERM (as the offload workers, offload/offload.cpp): the front
       // end's signal set takes them on the loop, and the default action must not reach a worker.
       sigset_t both, old;
       sigemptyset(&both);

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 #include "sandbox/launch.hpp"
 
 namespace supervisor {

@@ -1,6 +1,6 @@
 // The per-launch cgroups (sandbox/cgroup.hpp: "<supervisor pid>-<n>" under each controller's
 // subagent-sandbox directory) that a supervisor killed without cleaning up left behind, for crash
-// recovery (supervisor/scheduling/recovery.hpp).
+// recovery (scheduling/recovery.hpp).
 //
 // Errors: none thrown; what could not be removed is returned.
 #pragma once

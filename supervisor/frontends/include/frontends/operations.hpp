@@ -30,7 +30,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "scheduling/hub.hpp"
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 #include "policy/preset.hpp"
 #include "workspace/patch.hpp"
 

@@ -34,7 +34,7 @@
 #include "workspace/lock.hpp"
 #include "workspace/patch.hpp"
 #include "workspace/worktree.hpp"
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 #include "scheduling/recovery.hpp"
 
 namespace supervisor {

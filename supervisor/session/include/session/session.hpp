@@ -33,7 +33,7 @@
 #include "protocol/envelope.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/messages.hpp"
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 #include "records/scrub.hpp"
 #include "runtime/child_runtime.hpp"
 #include "web/brokered_tools.hpp"

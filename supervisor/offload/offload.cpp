@@ -1,6 +1,6 @@
 // The worker pool behind OffloadGroup, and the io_context service that drains a loop's work when
 // the loop is destroyed (offload.hpp).
-#include "scheduling/offload.hpp"
+#include "offload/offload.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
