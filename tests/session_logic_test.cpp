@@ -412,29 +412,41 @@ TEST_CASE("a request already sent when the parent cancels runs nothing; the same
   }
 }
 
+// hello; at the welcome, `deliver` sends in one string a grep request for `pattern` (t1), a small
+// one (t2) and a log line; once both are decided (recorded in `decided`), both are done and a final
+// ends the child.
+ChildScript two_greps_then_final(std::string pattern, std::shared_ptr<std::vector<std::string>> decided,
+                                 std::function<void(const std::weak_ptr<ScriptedChild>&, std::string)> deliver) {
+  return [pattern, decided, deliver](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    std::weak_ptr<ScriptedChild> weak = c;
+    c->on_message([weak, pattern, decided, deliver](const proto::SupervisorMessage& m) {
+      auto child = weak.lock();
+      if (!child) return;
+      if (std::holds_alternative<proto::Welcome>(m)) {
+        deliver(weak, proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", pattern}}}) +
+                          proto::encode_line(proto::ToolRequest{"t2", "grep", json{{"pattern", "small"}}}) +
+                          proto::encode_line(proto::Log{"info", "after the long line"}));
+      } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+        decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
+        if (decided->size() < 2) return;
+        child->send(proto::ToolDone{"t1", true, 1, {}});
+        child->send(proto::ToolDone{"t2", true, 1, {}});
+        child->send(proto::Final{"both ran", "both ran", json::object()});
+        child->exit(0);
+      }
+    });
+  };
+}
+
 TEST_CASE("a line of over 64 KiB is decoded off the loop, in order with the lines sent after it") {
   // The long line and two short ones in one write: the short ones wait for the long one's decoding.
   auto decided = std::make_shared<std::vector<std::string>>();
   Spec s;
-  s.script = [decided](std::shared_ptr<ScriptedChild> c) {
-    c->send(proto::Hello{{1}, "script/1"});
-    ScriptedChild* raw = c.get();
-    c->on_message([raw, decided](const proto::SupervisorMessage& m) {
-      if (std::holds_alternative<proto::Welcome>(m)) {
-        const std::string big(200 * 1024, 'b');
-        raw->send_raw(proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", big}}}) +
-                      proto::encode_line(proto::ToolRequest{"t2", "grep", json{{"pattern", "small"}}}) +
-                      proto::encode_line(proto::Log{"info", "after the long line"}));
-      } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
-        decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
-        if (decided->size() < 2) return;
-        raw->send(proto::ToolDone{"t1", true, 1, {}});
-        raw->send(proto::ToolDone{"t2", true, 1, {}});
-        raw->send(proto::Final{"both ran", "both ran", json::object()});
-        raw->exit(0);
-      }
-    });
-  };
+  s.script = two_greps_then_final(std::string(200 * 1024, 'b'), decided,
+                                  [](const std::weak_ptr<ScriptedChild>& weak, std::string bytes) {
+                                    if (auto child = weak.lock()) child->send_raw(std::move(bytes));
+                                  });
   auto r = run(s);
   CHECK(r.env.status == Status::completed);
   CHECK(r.env.tool_calls == 2);
@@ -499,28 +511,11 @@ TEST_CASE("a long line the child writes in pieces, with pauses, arrives whole an
     CAPTURE(piece);
     auto decided = std::make_shared<std::vector<std::string>>();
     Spec s;
-    s.script = [decided, pattern, piece](std::shared_ptr<ScriptedChild> c) {
-      c->send(proto::Hello{{1}, "script/1"});
-      std::weak_ptr<ScriptedChild> weak = c;
-      c->on_message([weak, decided, pattern, piece](const proto::SupervisorMessage& m) {
-        auto child = weak.lock();
-        if (!child) return;
-        if (std::holds_alternative<proto::Welcome>(m)) {
-          auto bytes = std::make_shared<std::string>(
-              proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", pattern}}}) +
-              proto::encode_line(proto::ToolRequest{"t2", "grep", json{{"pattern", "small"}}}) +
-              proto::encode_line(proto::Log{"info", "after the long line"}));
-          send_in_pieces(weak, bytes, piece, std::chrono::milliseconds(20), [](ScriptedChild&) {});
-        } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
-          decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
-          if (decided->size() < 2) return;
-          child->send(proto::ToolDone{"t1", true, 1, {}});
-          child->send(proto::ToolDone{"t2", true, 1, {}});
-          child->send(proto::Final{"both ran", "both ran", json::object()});
-          child->exit(0);
-        }
-      });
-    };
+    s.script =
+        two_greps_then_final(pattern, decided, [piece](const std::weak_ptr<ScriptedChild>& weak, std::string bytes) {
+          send_in_pieces(weak, std::make_shared<std::string>(std::move(bytes)), piece, std::chrono::milliseconds(20),
+                         [](ScriptedChild&) {});
+        });
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow"});
