@@ -439,6 +439,18 @@ ChildScript two_greps_then_final(std::string pattern, std::shared_ptr<std::vecto
   };
 }
 
+// After two_greps_then_final: the first decision is t1's, its pattern whole as the child sent it,
+// and the log line sent after both requests reached the log.
+void check_long_grep_whole(const Result& r, const std::string& pattern) {
+  const json* first = r.first("tool_decision");
+  REQUIRE(first);
+  CHECK((*first)["id"] == "t1");
+  CHECK((*first)["args"]["pattern"].get<std::string>() == pattern);
+  bool logged = false;
+  for (const auto& l : r.logs) logged = logged || l.find("after the long line") != std::string::npos;
+  CHECK(logged);
+}
+
 TEST_CASE("a line of over 64 KiB is decoded off the loop, in order with the lines sent after it") {
   // The long line and two short ones in one write: the short ones wait for the long one's decoding.
   auto decided = std::make_shared<std::vector<std::string>>();
@@ -455,12 +467,7 @@ TEST_CASE("a line of over 64 KiB is decoded off the loop, in order with the line
   for (const auto& e : r.events)
     if (e["event"] == "tool_decision") order.push_back(e["id"]);
   CHECK(order == std::vector<std::string>{"t1", "t2"});
-  const json* first = r.first("tool_decision");
-  REQUIRE(first);
-  CHECK((*first)["args"]["pattern"].get<std::string>().size() == 200 * 1024);  // whole, as the child sent it
-  bool logged = false;
-  for (const auto& l : r.logs) logged = logged || l.find("after the long line") != std::string::npos;
-  CHECK(logged);
+  check_long_grep_whole(r, std::string(200 * 1024, 'b'));
 }
 
 TEST_CASE("a child that exits right after a long line and its final loses neither") {
@@ -519,13 +526,7 @@ TEST_CASE("a long line the child writes in pieces, with pauses, arrives whole an
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow"});
-    const json* first = r.first("tool_decision");
-    REQUIRE(first);
-    CHECK((*first)["id"] == "t1");
-    CHECK((*first)["args"]["pattern"].get<std::string>() == pattern);  // whole, as the child sent it
-    bool logged = false;
-    for (const auto& l : r.logs) logged = logged || l.find("after the long line") != std::string::npos;
-    CHECK(logged);
+    check_long_grep_whole(r, pattern);
   }
 }
 
