@@ -3,8 +3,16 @@
 // children and no fork. serve_test, mcp_test, the MCP SDK tests and run_cli_test drive the same layer
 // through the real programs.
 #include "frontends/operations.hpp"
+#include "frontends/parent_loop.hpp"
 
 #include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 
@@ -88,6 +96,15 @@ struct Fixture {
     r.workspace = std::filesystem::canonical(root.path() / "ws");
     return r;
   }
+  // A spawn, answered: runs the loop until its checks are done (they run on a worker).
+  Operations::Spawned spawn(Operations& ops, const SpawnRequest& r, Hub::DoneHandler done) {
+    std::optional<Operations::SpawnAnswer> a;
+    ops.spawn(
+        r, [&](const Operations::SpawnAnswer& x) { a = x; }, std::move(done));
+    run_until([&] { return a.has_value(); });
+    if (a->error) std::rethrow_exception(a->error);
+    return *a->spawned;
+  }
   void run_until(const std::function<bool()>& done) {
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!done() && std::chrono::steady_clock::now() < limit) {
@@ -106,7 +123,7 @@ TEST_CASE("operations: spawn, list, output, and waits that end with the child or
   Operations ops(f.io, f.cfg);
   int done_calls = 0;
   std::optional<proto::Envelope> env;
-  auto s = ops.spawn(f.request(), [&](const proto::Envelope& e) {
+  auto s = f.spawn(ops, f.request(), [&](const proto::Envelope& e) {
     ++done_calls;
     env = e;
   });
@@ -156,6 +173,91 @@ TEST_CASE("operations: spawn, list, output, and waits that end with the child or
   CHECK_FALSE(ops.cancel("ffffffffffff", "no such child"));
 }
 
+// README "Architecture": a spawn's checks read files (here the replay script), so they run on a
+// worker. A script behind a FIFO with no writer yet holds that spawn only: the loop goes on serving
+// the child already running, and the launch reads nothing again once the check has read it.
+TEST_CASE(
+    "operations: a spawn's checks run off the loop; a model script that cannot be read yet holds only its spawn") {
+  Held held;
+  Fixture f(held.script());
+  Operations ops(f.io, f.cfg);
+  std::optional<proto::Envelope> first_env;
+  f.spawn(ops, f.request(), [&](const proto::Envelope& e) { first_env = e; });
+  f.run_until([&] { return held.children.size() == 1; });
+
+  const std::filesystem::path fifo = f.root.path() / "slow-model.jsonl";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  SpawnRequest slow = f.request();
+  slow.model = "replay:" + fifo.string();
+  std::optional<Operations::SpawnAnswer> answer;
+  std::optional<proto::Envelope> slow_env;
+  ops.spawn(
+      slow, [&](const Operations::SpawnAnswer& a) { answer = a; }, [&](const proto::Envelope& e) { slow_env = e; });
+  // The writer: at once when told, or after 20 s whatever happens, so a failing test (a loop stuck
+  // in the check) cannot hang.
+  std::atomic<bool> write_now{false};
+  std::thread writer([&] {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!write_now && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    const std::string script = "{\"content\":\"done\"}\n";
+    (void)!::write(fd, script.data(), script.size());
+    ::close(fd);
+  });
+  // Meanwhile the first child is served: it ends, and its envelope is delivered.
+  held.release();
+  f.run_until([&] { return first_env.has_value(); });
+  CHECK(first_env->status == proto::Status::completed);
+  CHECK_FALSE(answer.has_value());
+  CHECK(ops.list().size() == 1);  // a spawn being checked is not a child yet
+  write_now = true;
+  f.run_until([&] { return answer.has_value(); });
+  writer.join();
+  REQUIRE_FALSE(answer->error);
+  // Its launch made the provider from what the check read: the FIFO, now without a writer, is not
+  // opened again (that would block the loop for good).
+  f.run_until([&] { return held.children.size() == 2; });
+  held.release();
+  f.run_until([&] { return slow_env.has_value(); });
+  CHECK(slow_env->status == proto::Status::completed);
+  CHECK(slow_env->id == answer->spawned->child_id);
+}
+
+TEST_CASE("operations: a spawn's errors are answered, never thrown, and name the field; nothing is started") {
+  Fixture f(asks_once());
+  Operations ops(f.io, f.cfg);
+  auto refused = [&](SpawnRequest r) {
+    std::optional<Operations::SpawnAnswer> answer;
+    bool ended = false;
+    ops.spawn(
+        r, [&](const Operations::SpawnAnswer& a) { answer = a; }, [&](const proto::Envelope&) { ended = true; });
+    CHECK_FALSE(answer.has_value());  // never within the call
+    f.run_until([&] { return answer.has_value(); });
+    CHECK_FALSE(ended);
+    REQUIRE(answer->error);
+    try {
+      std::rethrow_exception(answer->error);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  SpawnRequest bad_ws = f.request();
+  bad_ws.workspace = f.root.path() / "missing";
+  CHECK(refused(bad_ws).find("workspace: '") == 0);
+  SpawnRequest bad_model = f.request();
+  bad_model.model = "replay:" + (f.root.path() / "nothing.jsonl").string();
+  CHECK(refused(bad_model).find("nothing.jsonl") != std::string::npos);
+  SpawnRequest bad_preset = f.request("no-such-preset");
+  CHECK(refused(bad_preset).find("no-such-preset") != std::string::npos);
+  CHECK(ops.list().empty());
+  // The same request, valid: accepted.
+  auto s = f.spawn(ops, f.request(), [](const proto::Envelope&) {});
+  CHECK_FALSE(s.child_id.empty());
+}
+
 TEST_CASE("operations: an approval goes to the parent under an id, and the parent's answer reaches the child") {
   for (const bool allow : {true, false}) {
     CAPTURE(allow);
@@ -163,7 +265,7 @@ TEST_CASE("operations: an approval goes to the parent under an id, and the paren
     std::vector<std::pair<std::string, ApprovalRequest>> asked;
     Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest& r) { asked.emplace_back(id, r); });
     std::optional<proto::Envelope> env;
-    auto s = ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    auto s = f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
     f.run_until([&] { return !asked.empty(); });
     REQUIRE(asked.size() == 1);
     CHECK(asked[0].first == "a1");
@@ -184,7 +286,7 @@ TEST_CASE("operations: without a parent to ask, and while draining, an approval 
     Fixture f(asks_once());
     Operations ops(f.io, f.cfg);
     std::optional<proto::Envelope> env;
-    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
     f.run_until([&] { return env.has_value(); });
     CHECK(env->summary.text.rfind("denied: ", 0) == 0);
   }
@@ -193,7 +295,11 @@ TEST_CASE("operations: without a parent to ask, and while draining, an approval 
     int asked = 0;
     Operations ops(f.io, f.cfg, [&](const std::string&, const ApprovalRequest&) { ++asked; });
     std::optional<proto::Envelope> env;
-    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    // Asked for before the drain, checked after it began: it runs, as it would have then.
+    std::optional<Operations::SpawnAnswer> answer;
+    ops.spawn(
+        f.request("worker"), [&](const Operations::SpawnAnswer& a) { answer = a; },
+        [&](const proto::Envelope& e) { env = e; });
     bool drained = false;
     ops.drain("denied: nobody is left to answer", [&] { drained = true; });
     f.run_until([&] { return drained; });
@@ -201,6 +307,8 @@ TEST_CASE("operations: without a parent to ask, and while draining, an approval 
     REQUIRE(env.has_value());
     CHECK(env->status == proto::Status::completed);
     CHECK(env->summary.text == "denied: approval denied: denied: nobody is left to answer");
+    REQUIRE(answer.has_value());
+    CHECK_FALSE(answer->error);
   }
 }
 
@@ -209,7 +317,7 @@ TEST_CASE("operations: shutdown denies a pending approval and cancels the child;
   std::vector<std::string> asked;
   Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
   std::optional<proto::Envelope> env;
-  ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+  f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
   f.run_until([&] { return !asked.empty(); });
   // An apply of a child that left nothing: answered (with why), even though shutdown follows at once.
   std::optional<ApplyResult> applied;
@@ -271,7 +379,7 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
     std::vector<std::string> asked;
     Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
     std::optional<proto::Envelope> env;
-    auto s = ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    auto s = f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
     f.run_until([&] { return !asked.empty(); });
     CHECK(ops.asking(asked[0]));
     CHECK(ops.cancel(s.child_id, "the test cancels"));
@@ -286,7 +394,7 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
     std::vector<std::string> asked;
     Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
     std::optional<proto::Envelope> env;
-    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
     f.run_until([&] { return !asked.empty(); });
     CHECK(ops.asking(asked[0]));
     f.run_until([&] { return !ops.asking(asked[0]); });
@@ -301,7 +409,7 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
     std::vector<std::string> asked;
     Operations ops(f.io, f.cfg, [&](const std::string& id, const ApprovalRequest&) { asked.push_back(id); });
     std::optional<proto::Envelope> env;
-    ops.spawn(f.request("worker"), [&](const proto::Envelope& e) { env = e; });
+    f.spawn(ops, f.request("worker"), [&](const proto::Envelope& e) { env = e; });
     f.run_until([&] { return !asked.empty(); });
     bool drained = false;
     ops.drain("nobody is left to answer", [&] { drained = true; });
@@ -310,4 +418,37 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
     CHECK(env->summary.text == "denied: approval denied: nobody is left to answer");
     CHECK_FALSE(ops.asking(asked[0]));
   }
+}
+
+// frontends/parent_loop.hpp: what a front end uses to keep a parent's requests in order while a
+// spawn is checked off the loop.
+TEST_CASE("request gate: requests after a held one wait and run in order; a full gate refuses, the end never") {
+  RequestGate gate;
+  std::vector<int> ran;
+  CHECK(gate.submit([&] { ran.push_back(1); }));
+  CHECK(ran == std::vector<int>{1});  // nothing held: at once
+  gate.hold();
+  CHECK(gate.submit([&] { ran.push_back(2); }));
+  CHECK(gate.submit([&] {
+    ran.push_back(3);
+    gate.hold();  // this one too is answered later
+  }));
+  CHECK(gate.submit([&] { ran.push_back(4); }));
+  CHECK(ran == std::vector<int>{1});
+  gate.release();
+  CHECK(ran == std::vector<int>{1, 2, 3});  // stopped at the one that held
+  CHECK(gate.submit([&] { ran.push_back(5); }));
+  CHECK(ran == std::vector<int>{1, 2, 3});
+  gate.release();
+  CHECK(ran == std::vector<int>{1, 2, 3, 4, 5});
+
+  gate.hold();
+  std::size_t taken = 0, queued = 0;
+  while (taken <= RequestGate::kMaxHeld && gate.submit([&] { ++queued; })) ++taken;
+  CHECK(taken == RequestGate::kMaxHeld);
+  CHECK(queued == 0);
+  CHECK(gate.submit([&] { ran.push_back(6); }, true));  // the end of input is never refused
+  gate.release();
+  CHECK(queued == RequestGate::kMaxHeld);
+  CHECK(ran.back() == 6);
 }

@@ -400,33 +400,42 @@ int cmd_run(Args args) {
   int status = 1;
   std::string id;
   bool finished = false;
-  try {
-    id = ops->spawn(req,
-                    [&](const protocol::Envelope& e) {
-                      finished = true;
-                      if (progress_shown) std::fputs("\n", stderr);
-                      std::string out =
-                          protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-                      write_for_terminal(stdout, out);  // the summary and details are the model's text
-                      std::fputc('\n', stdout);
-                      std::fflush(stdout);
-                      status = protocol::exit_code_for(e.status);
-                      signals.cancel();
-                    })
-             .child_id;
-  } catch (const WideningError& e) {
-    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
-    return kUsageError;
-  } catch (const std::exception& e) {  // nothing was started: a lock, a worktree, the transcript store
-    std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
-    return kSetupError;
-  }
-  if (!finished) {
-    signals.async_wait([&](boost::system::error_code ec, int sig) {
-      if (!ec) ops->cancel(id, sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
-    });
-    io.run();
-  }
+  // The checks run on a worker; the answer comes on the loop, before or after the envelope (a child
+  // refused before it started ends first).
+  int refused = 0;
+  ops->spawn(
+      req,
+      [&](const Operations::SpawnAnswer& a) {
+        if (!a.error) {
+          id = a.spawned->child_id;
+          if (finished) return;
+          signals.async_wait([&](boost::system::error_code ec, int sig) {
+            if (!ec) ops->cancel(id, sig == SIGINT ? "the supervisor got SIGINT" : "the supervisor got SIGTERM");
+          });
+          return;
+        }
+        try {
+          std::rethrow_exception(a.error);
+        } catch (const WideningError& e) {
+          std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+          refused = kUsageError;
+        } catch (const std::exception& e) {  // nothing was started: the workspace, the model, the preset
+          std::fprintf(stderr, "subagent-supervisor run: %s\n", e.what());
+          refused = kSetupError;
+        }
+      },
+      [&](const protocol::Envelope& e) {
+        finished = true;
+        if (progress_shown) std::fputs("\n", stderr);
+        std::string out = protocol::to_json(e).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+        write_for_terminal(stdout, out);  // the summary and details are the model's text
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        status = protocol::exit_code_for(e.status);
+        signals.cancel();
+      });
+  io.run();
+  if (refused != 0) return refused;
   return status;
 }
 

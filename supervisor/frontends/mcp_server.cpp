@@ -52,6 +52,7 @@ struct McpServer {
   asio::steady_timer heartbeat;
   bool heartbeat_running = false;
   bool ending = false;
+  RequestGate gate;  // the client's messages after an agent_spawn wait until it is answered
 
   void send(const json& m) { parent->send(m); }
   void error(const json& id, int code, const std::string& message) { send(mcp::error_message(id, code, message)); }
@@ -286,56 +287,80 @@ struct McpServer {
         });
       }
       error(r.id, mcp::kInvalidParams, "unknown tool '" + name + "'");
-    } catch (const BadRequest& e) {
-      send(mcp::result_message(r.id, mcp::tool_error(name + ": " + e.what())));
-    } catch (const ScopeError& e) {
-      send(mcp::result_message(r.id, mcp::tool_error(name + ": refused: " + e.what())));
-    } catch (const WideningError& e) {
-      send(mcp::result_message(r.id, mcp::tool_error(name + ": refused: " + e.what())));
-    } catch (const std::exception& e) {
-      send(mcp::result_message(r.id, mcp::tool_error(name + ": could not start the child: " + e.what())));
+    } catch (...) {
+      tool_exception(r.id, name, std::current_exception());
     }
   }
 
-  fs::path checked_workspace(const fs::path& asked) {
-    fs::path ws = asked.empty() ? opts.default_workspace : asked.is_relative() ? opts.default_workspace / asked : asked;
+  void tool_exception(const json& id, const std::string& name, std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const BadRequest& e) {
+      send(mcp::result_message(id, mcp::tool_error(name + ": " + e.what())));
+    } catch (const ScopeError& e) {
+      send(mcp::result_message(id, mcp::tool_error(name + ": refused: " + e.what())));
+    } catch (const WideningError& e) {
+      send(mcp::result_message(id, mcp::tool_error(name + ": refused: " + e.what())));
+    } catch (const std::exception& e) {
+      send(mcp::result_message(id, mcp::tool_error(name + ": could not start the child: " + e.what())));
+    }
+  }
+
+  // On a worker (it reads the file system): the workspace a spawn asked for, canonical and under one
+  // of the allowed roots.
+  static fs::path checked_workspace(const fs::path& asked, const fs::path& default_workspace,
+                                    const std::vector<fs::path>& roots) {
+    fs::path ws = asked.empty() ? default_workspace : asked.is_relative() ? default_workspace / asked : asked;
     std::error_code ec;
     fs::path canon = fs::canonical(ws, ec);
     if (ec || !fs::is_directory(canon))
       throw BadRequest("workspace: '" + ws.string() + "' is not an existing directory");
-    for (const auto& root : opts.roots) {
+    for (const auto& root : roots) {
       auto rel = canon.lexically_relative(root);
       if (!rel.empty() && *rel.begin() != "..") return canon;
     }
     std::string allowed;
-    for (const auto& root : opts.roots) allowed += (allowed.empty() ? "" : ", ") + root.string();
+    for (const auto& root : roots) allowed += (allowed.empty() ? "" : ", ") + root.string();
     throw BadRequest("workspace: '" + canon.string() + "' is outside the allowed roots (" + allowed +
                      "; the server's --workspace and --allow-workspace set them)");
   }
 
   void spawn(const json& request_id, const json& args, const json& token) {
     mcp::SpawnArguments a = mcp::parse_spawn_arguments(args);
-    a.request.workspace = checked_workspace(a.request.workspace);
     // MCP has no notion of the parent's turns: a burst of spawns ends when nothing is left running.
     if (ops->idle()) ops->new_turn();
     const bool background = a.background;
-    // The envelope can arrive before spawn() returns (a child refused before it started).
+    // The checks read files, so they run off the loop; the client's next messages wait for them.
+    gate.hold();
     auto call = std::make_shared<SyncCall>(SyncCall{request_id, token});
-    auto s = ops->spawn(a.request, [this, call, background](const protocol::Envelope& e) {
-      if (background) return;
-      call->answered = true;
-      if (!call->cancelled) send(mcp::result_message(call->request_id, mcp::envelope_result(e)));
-      sync_calls.erase(e.id);
-    });
-    if (background)
-      return send(
-          mcp::result_message(request_id, mcp::tool_result({{"child_id", s.child_id}, {"state", to_string(s.state)}})));
-    if (call->answered) return;
-    sync_calls[s.child_id] = call;
-    if (!token.is_null()) {
-      progress(s.child_id);
-      arm_heartbeat();
-    }
+    ops->spawn(
+        a.request,
+        [this, call, background](const Operations::SpawnAnswer& answer) {
+          if (answer.error) {
+            tool_exception(call->request_id, "agent_spawn", answer.error);
+          } else if (background) {
+            send(
+                mcp::result_message(call->request_id, mcp::tool_result({{"child_id", answer.spawned->child_id},
+                                                                        {"state", to_string(answer.spawned->state)}})));
+          } else if (!call->answered) {
+            // The envelope can arrive before the answer (a child refused before it started).
+            sync_calls[answer.spawned->child_id] = call;
+            if (!call->progress_token.is_null()) {
+              progress(answer.spawned->child_id);
+              arm_heartbeat();
+            }
+          }
+          gate.release();
+        },
+        [this, call, background](const protocol::Envelope& e) {
+          if (background) return;
+          call->answered = true;
+          if (!call->cancelled) send(mcp::result_message(call->request_id, mcp::envelope_result(e)));
+          sync_calls.erase(e.id);
+        },
+        [default_workspace = opts.default_workspace, roots = opts.roots](SpawnRequest& r) {
+          r.workspace = checked_workspace(r.workspace, default_workspace, roots);
+        });
   }
 
   static json output_value(const ChildInfo& info) {
@@ -373,7 +398,7 @@ void serve_mcp(McpConfig config) {
   run_parent_loop(
       io, s.parent, max_line,
       {[&](const json& m) { s.on_message(m); }, [&](const std::string& e) { s.error(nullptr, mcp::kParseError, e); },
-       [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr});
+       [&](const std::string& why) { s.end(why); }, "the client closed its input", nullptr, &s.gate});
 }
 
 }  // namespace supervisor

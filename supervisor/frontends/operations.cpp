@@ -30,16 +30,28 @@ Operations::~Operations() {
   hub_.reset();
 }
 
-Operations::Spawned Operations::spawn(const SpawnRequest& req, DoneHandler on_done) {
+void Operations::spawn(const SpawnRequest& req, std::function<void(const SpawnAnswer&)> answer, DoneHandler on_done,
+                       Hub::PrepareRequest prepare) {
   std::weak_ptr<int> alive = alive_;
-  std::string id = hub_->spawn(req, [this, alive, on_done = std::move(on_done)](const protocol::Envelope& e) {
-    if (alive.expired()) return;
-    // The parent's own answer first (the sync result), then whoever waits for the same end.
-    on_done(e);
-    child_ended(e.id);
-  });
-  auto info = hub_->info(id);
-  return {id, info ? info->state : ChildState::done};
+  hub_->spawn_async(
+      req,
+      [this, alive, answer = std::move(answer)](const std::string& id, std::exception_ptr error) {
+        if (alive.expired()) return;
+        SpawnAnswer a;
+        a.error = error;
+        if (!error) {
+          auto info = hub_->info(id);
+          a.spawned = Spawned{id, info ? info->state : ChildState::done};
+        }
+        answer(a);
+      },
+      [this, alive, on_done = std::move(on_done)](const protocol::Envelope& e) {
+        if (alive.expired()) return;
+        // The parent's own answer first (the sync result), then whoever waits for the same end.
+        on_done(e);
+        child_ended(e.id);
+      },
+      std::move(prepare));
 }
 
 std::vector<ChildInfo> Operations::list() const { return hub_->list(); }

@@ -11,14 +11,49 @@
 
 namespace supervisor {
 
+bool RequestGate::submit(std::function<void()> f, bool always) {
+  if (!holding_ && waiting_.empty()) {
+    f();
+    return true;
+  }
+  if (!always && waiting_.size() >= kMaxHeld) return false;
+  waiting_.push_back(std::move(f));
+  return true;
+}
+
+void RequestGate::release() {
+  holding_ = false;
+  if (releasing_) return;  // the release further up the stack goes on
+  releasing_ = true;
+  while (!holding_ && !waiting_.empty()) {
+    auto f = std::move(waiting_.front());
+    waiting_.pop_front();
+    f();
+  }
+  releasing_ = false;
+}
+
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
                      ParentLoop loop) {
-  parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line, {loop.on_message, loop.on_bad_line, [&loop] {
-                                                                          if (loop.on_eof)
-                                                                            loop.on_eof();
-                                                                          else
-                                                                            loop.on_end(loop.eof_reason);
-                                                                        }});
+  auto eof = [&loop] {
+    if (loop.on_eof)
+      loop.on_eof();
+    else
+      loop.on_end(loop.eof_reason);
+  };
+  ParentIo::Handlers handlers{loop.on_message, loop.on_bad_line, eof};
+  if (RequestGate* gate = loop.gate) {
+    handlers.on_message = [&loop, gate](const nlohmann::json& m) {
+      if (!gate->submit([&loop, m] { loop.on_message(m); }))
+        loop.on_bad_line("too many requests waiting behind a spawn that is being checked (" +
+                         std::to_string(RequestGate::kMaxHeld) + "); send fewer at once");
+    };
+    handlers.on_bad_line = [&loop, gate](const std::string& e) {
+      gate->submit([&loop, e] { loop.on_bad_line(e); }, true);
+    };
+    handlers.on_eof = [gate, eof] { gate->submit(eof, true); };
+  }
+  parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line, std::move(handlers));
   {
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     // The first signal ends the front end; later ones (Codex sends SIGTERM twice) are taken and

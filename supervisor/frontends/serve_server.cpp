@@ -24,6 +24,7 @@ struct Server {
   fs::path default_workspace;
   std::shared_ptr<ParentIo> parent;
   std::unique_ptr<Operations> ops;  // from hello on
+  RequestGate gate;                 // the parent's requests after a spawn wait until it is answered
   bool ending = false;
   bool drain_on_eof;
   bool draining = false;
@@ -62,6 +63,14 @@ struct Server {
       }
       if (type == "apply") return apply(m, id);
       reply_error(id, "bad_request", "unknown request type '" + type + "'");
+    } catch (...) {
+      reply_exception(id, std::current_exception());
+    }
+  }
+
+  void reply_exception(const json& id, std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
     } catch (const BadRequest& e) {
       reply_error(id, "bad_request", e.what());
     } catch (const ScopeError& e) {
@@ -127,15 +136,27 @@ struct Server {
     SpawnRequest req = parse_spawn(m);
     if (req.workspace.empty()) req.workspace = default_workspace;
     const bool background = m.value("background", false);
-    auto s = ops->spawn(req, [this, id, background](const protocol::Envelope& e) {
-      json env = protocol::to_json(e);
-      if (background)
-        parent->send({{"type", "child_done"}, {"child_id", e.id}, {"envelope", env}});
-      else
-        parent->send({{"type", "result"}, {"id", id}, {"child_id", e.id}, {"envelope", env}});
-    });
-    if (background)
-      parent->send({{"type", "spawned"}, {"id", id}, {"child_id", s.child_id}, {"state", to_string(s.state)}});
+    // The checks read files, so they run off the loop; the parent's next requests wait for them.
+    gate.hold();
+    ops->spawn(
+        req,
+        [this, id, background](const Operations::SpawnAnswer& a) {
+          if (a.error)
+            reply_exception(id, a.error);
+          else if (background)
+            parent->send({{"type", "spawned"},
+                          {"id", id},
+                          {"child_id", a.spawned->child_id},
+                          {"state", to_string(a.spawned->state)}});
+          gate.release();
+        },
+        [this, id, background](const protocol::Envelope& e) {
+          json env = protocol::to_json(e);
+          if (background)
+            parent->send({{"type", "child_done"}, {"child_id", e.id}, {"envelope", env}});
+          else
+            parent->send({{"type", "result"}, {"id", id}, {"child_id", e.id}, {"envelope", env}});
+        });
   }
 
   void output(const json& m, const json& id) {
@@ -213,7 +234,7 @@ void serve_control(ServeConfig config) {
   run_parent_loop(
       io, s.parent, max_line,
       {[&](const json& m) { s.on_message(m); }, [&](const std::string& e) { s.reply_error(nullptr, "bad_request", e); },
-       [&](const std::string& why) { s.end(why); }, "the parent closed its input", [&] { s.end_of_input(); }});
+       [&](const std::string& why) { s.end(why); }, "the parent closed its input", [&] { s.end_of_input(); }, &s.gate});
 }
 
 }  // namespace supervisor

@@ -38,6 +38,22 @@ void validate_model_spec(const std::string& spec) {
   validate_model_spec(spec, load_model_config());
 }
 
+ResolvedModel resolve_model(const std::string& spec, const ModelConfig& config) {
+  if (spec.rfind("replay:", 0) == 0) return {spec, load_replay_provider(spec.substr(7))};
+  ProviderConfig p = resolve_model_spec(spec, config);
+  std::string key = api_key_for(p);
+  return {spec,
+          [p = std::move(p), key = std::move(key)](boost::asio::io_context& io) -> std::unique_ptr<ModelProvider> {
+            if (p.type == "anthropic") return make_anthropic_provider(io, p, key);
+            return make_openai_provider(io, p, key);
+          }};
+}
+
+ResolvedModel resolve_model(const std::string& spec) {
+  if (spec.rfind("replay:", 0) == 0) return resolve_model(spec, ModelConfig{});
+  return resolve_model(spec, load_model_config());
+}
+
 std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io,
                                              const ModelConfig& config) {
   if (spec.rfind("replay:", 0) == 0) return make_replay_provider(io, spec.substr(7));

@@ -74,6 +74,8 @@ class ReplayProvider final : public ModelProvider {
  public:
   ReplayProvider(boost::asio::io_context& io, std::string path)
       : io_(io), path_(std::move(path)), turns_(load_script(path_)), timer_(io) {}
+  ReplayProvider(boost::asio::io_context& io, std::string path, std::vector<Turn> turns)
+      : io_(io), path_(std::move(path)), turns_(std::move(turns)), timer_(io) {}
 
   std::string describe() const override { return "replay:" + path_; }
 
@@ -168,5 +170,12 @@ std::unique_ptr<ModelProvider> make_replay_provider(boost::asio::io_context& io,
 }
 
 void validate_replay_script(const std::string& path) { load_script(path); }
+
+std::function<std::unique_ptr<ModelProvider>(boost::asio::io_context&)> load_replay_provider(const std::string& path) {
+  auto turns = std::make_shared<const std::vector<Turn>>(load_script(path));
+  return [path, turns](boost::asio::io_context& io) -> std::unique_ptr<ModelProvider> {
+    return std::make_unique<ReplayProvider>(io, path, *turns);
+  };
+}
 
 }  // namespace supervisor

@@ -26,11 +26,32 @@ struct StartPrep {
   std::string error;         // the envelope's reason when preparing failed
   bool scan_failed = false;  // the later-execution scan failed: the lock goes at once
 };
+
+// A spawn request that passed its checks: its id, its workspace canonical, its model named, its
+// preset narrowed to the scope and its budgets computed.
+struct CheckedSpawn {
+  std::string id;
+  SpawnRequest req;
+  std::shared_ptr<const Preset> preset;
+  Budgets budgets;
+  ResolvedModel model;  // read: the launch reads no file for it
+};
+
+struct SpawnChecks {
+  Scope scope;
+  std::shared_ptr<const PresetCatalog> presets;
+  std::string default_model;
+  bool allow_unsafe_workspace = false;
+  std::shared_ptr<SupervisorRegistry> registry;
+  std::shared_ptr<TranscriptStore> transcripts;
+  std::string parent;
+};
 }  // namespace detail
 
 struct Hub::Child {
   std::string id;
   SpawnRequest req;
+  ResolvedModel model;
   std::shared_ptr<const Preset> preset;
   Budgets budgets;
   DoneHandler on_done;
@@ -163,13 +184,10 @@ std::string finish_off_loop(const FinishWork& w, bool locked, protocol::Envelope
 }  // namespace
 
 Hub::Hub(boost::asio::io_context& io, HubConfig cfg)
-    : io_(io), cfg_(std::move(cfg)), presets_(cfg_.policy_dir), lock_poll_(io) {
+    : io_(io), cfg_(std::move(cfg)), presets_(std::make_shared<const PresetCatalog>(cfg_.policy_dir)), lock_poll_(io) {
   cfg_.max_concurrent =
       std::clamp<std::size_t>(cfg_.max_concurrent, 1, std::max<std::size_t>(1, cfg_.concurrent_ceiling));
   cfg_.max_per_turn = std::clamp<std::size_t>(cfg_.max_per_turn, 1, std::max<std::size_t>(1, cfg_.per_turn_ceiling));
-  if (!cfg_.make_provider) {
-    cfg_.make_provider = [&io](const std::string& spec) { return supervisor::make_provider(spec, io); };
-  }
 }
 
 Hub::~Hub() {
@@ -177,11 +195,15 @@ Hub::~Hub() {
     if (c->session && !c->session->done()) c->session->cancel("the supervisor is shutting down");
 }
 
-std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
-  if (shutting_down_) throw ScopeError("the supervisor is shutting down; no new children");
-  const Scope& scope = cfg_.scope;
+namespace {
+
+// The spawn's checks, on a worker (spawn_async) or the caller's thread (spawn): everything they read
+// was captured in `k`. Throws what the request got wrong; writes the crash-recovery record of a child
+// that passes.
+detail::CheckedSpawn check_spawn(const SpawnRequest& req, const detail::SpawnChecks& k) {
+  const Scope& scope = k.scope;
   check_preset_in_scope(req.preset, scope);
-  auto preset = std::make_shared<Preset>(scoped_preset(presets_.get(req.preset), scope, req.tools, req.domains));
+  auto preset = std::make_shared<Preset>(scoped_preset(k.presets->get(req.preset), scope, req.tools, req.domains));
   if (req.max_disk_bytes) {
     if (*req.max_disk_bytes == 0)
       throw WideningError("max_disk_bytes 0: must be at least 1 (leave it out to keep the preset " + preset->name +
@@ -197,39 +219,102 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
   fs::path ws = fs::canonical(req.workspace, ec);
   if (ec || !fs::is_directory(ws))
     throw ScopeError("workspace: '" + req.workspace.string() + "' is not an existing directory");
-  if (!cfg_.allow_unsafe_workspace) {
+  if (!k.allow_unsafe_workspace) {
     try {
       sandbox::check_workspace(ws, "workspace");
     } catch (const sandbox::UnsafeWorkspaceError& e) {
       throw ScopeError(std::string(e.what()) + " (a flag of the supervisor, not of the request)");
     }
   }
-  const std::string model = req.model.empty() ? cfg_.default_model : req.model;
+  const std::string model = req.model.empty() ? k.default_model : req.model;
   if (model.empty()) throw ScopeError("model: none given and the supervisor has no default (--model)");
-  validate_model_spec(model);
+  detail::CheckedSpawn c;
+  c.model = resolve_model(model);
+  c.id = new_child_id();
+  c.req = req;
+  c.req.workspace = ws;
+  c.req.model = model;
+  c.budgets = effective_budgets(*preset, scope, req.limits);
+  c.preset = std::move(preset);
+  if (k.registry) {
+    json r = {{"phase", "queued"},
+              {"preset", c.preset->name},
+              {"parent", k.parent},
+              {"workspace", ws.string()},
+              {"queued_at", rfc3339_utc()}};
+    if (k.transcripts) r["transcript"] = k.transcripts->path_for(c.id).string();
+    k.registry->update(c.id, r);
+  }
+  return c;
+}
 
+ScopeError shutting_down_error() { return ScopeError("the supervisor is shutting down; no new children"); }
+
+}  // namespace
+
+detail::SpawnChecks Hub::spawn_checks() const {
+  return {cfg_.scope,    presets_,         cfg_.default_model, cfg_.allow_unsafe_workspace,
+          cfg_.registry, cfg_.transcripts, cfg_.parent};
+}
+
+std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
+  if (shutting_down_) throw shutting_down_error();
+  return admit(check_spawn(req, spawn_checks()), std::move(on_done));
+}
+
+void Hub::spawn_async(const SpawnRequest& req, Accepted accepted, DoneHandler on_done, PrepareRequest prepare) {
+  if (shutting_down_) {
+    boost::asio::post(
+        io_, [accepted = std::move(accepted)] { accepted({}, std::make_exception_ptr(shutting_down_error())); });
+    return;
+  }
+  struct Checked {
+    std::optional<detail::CheckedSpawn> spawn;
+    std::exception_ptr error;  // destroyed on the loop with the rest of the result
+  };
+  ++checking_;
+  jobs_.run(
+      io_,
+      [req, k = spawn_checks(), prepare = std::move(prepare)] {
+        Checked out;
+        try {
+          SpawnRequest r = req;
+          if (prepare) prepare(r);
+          out.spawn = check_spawn(r, k);
+        } catch (...) {
+          out.error = std::current_exception();
+        }
+        return out;
+      },
+      [this, accepted = std::move(accepted), on_done = std::move(on_done)](Outcome<Checked> r) mutable {
+        --checking_;
+        std::exception_ptr error = !r ? std::make_exception_ptr(std::runtime_error(r.error)) : r.value->error;
+        if (error) {
+          accepted({}, error);
+        } else {
+          // Asked for before a drain or a shutdown began: taken as it would have been then (a drain
+          // lets it finish; a shutdown cancels it at once, with its envelope).
+          const std::string id = admit(std::move(*r.value->spawn), std::move(on_done));
+          if (shutdown_reason_) cancel(id, *shutdown_reason_);
+          accepted(id, nullptr);
+        }
+        check_shutdown();
+      });
+}
+
+std::string Hub::admit(detail::CheckedSpawn checked, DoneHandler on_done) {
   auto c = std::make_unique<Child>();
-  c->id = new_child_id();
-  c->req = req;
-  c->req.workspace = ws;
-  c->req.model = model;
-  c->budgets = effective_budgets(*preset, scope, req.limits);
-  c->preset = std::move(preset);
+  c->id = std::move(checked.id);
+  c->req = std::move(checked.req);
+  c->budgets = checked.budgets;
+  c->preset = std::move(checked.preset);
+  c->model = std::move(checked.model);
   c->on_done = std::move(on_done);
   const std::string id = c->id;
   if (cfg_.on_event)
     cfg_.on_event(make_event(
         EventKind::queued,
-        {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent}, {"description", req.description}}));
-  if (cfg_.registry) {
-    json r = {{"phase", "queued"},
-              {"preset", c->preset->name},
-              {"parent", cfg_.parent},
-              {"workspace", ws.string()},
-              {"queued_at", rfc3339_utc()}};
-    if (cfg_.transcripts) r["transcript"] = cfg_.transcripts->path_for(id).string();
-    cfg_.registry->update(id, r);
-  }
+        {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent}, {"description", c->req.description}}));
   children_[id] = std::move(c);
   queue_.push_back(id);
   pump();
@@ -406,7 +491,7 @@ void Hub::launch_prepared(Child& c, detail::StartPrep p, bool in_pump) {
   }
   std::unique_ptr<ModelProvider> provider;
   try {
-    provider = cfg_.make_provider(c.req.model);
+    provider = c.model.make(io_);
   } catch (const std::exception& e) {
     unstart(protocol::Status::failed, e.what());
     return;
@@ -622,6 +707,7 @@ void Hub::new_turn() {
 
 void Hub::shutdown(const std::string& reason, std::function<void()> done) {
   shutting_down_ = true;
+  shutdown_reason_ = reason;
   shutdown_done_ = std::move(done);
   std::vector<std::string> ids;
   for (const auto& [id, c] : children_)
@@ -637,7 +723,7 @@ void Hub::drain(std::function<void()> done) {
 }
 
 void Hub::check_shutdown() {
-  if (!shutting_down_ || !shutdown_done_) return;
+  if (!shutting_down_ || !shutdown_done_ || checking_ != 0) return;
   for (const auto& [id, c] : children_)
     if (c->state != ChildState::done) return;
   auto done = std::move(shutdown_done_);

@@ -6,19 +6,23 @@
 //   Operations ops(io, cfg, [&](const std::string& approval_id, const ApprovalRequest& r) {
 //     ask_the_parent(approval_id, r);  // later: ops.approve(approval_id, yes, why)
 //   });
-//   auto s = ops.spawn(request, [&](const protocol::Envelope& e) { ... });
+//   ops.spawn(request, [&](const Operations::SpawnAnswer& a) { ... a.spawned->child_id or a.error ... },
+//             [&](const protocol::Envelope& e) { ... });
 //
-// Single-threaded: every call on the io_context's thread, as the Hub. `apply` runs its git steps on a
-// worker thread (offload.hpp), one apply at a time in the order asked, and answers on the loop.
+// Single-threaded: every call on the io_context's thread, as the Hub. A spawn's checks (they read
+// files) and `apply`'s git steps run on worker threads (offload.hpp); `apply` one at a time in the
+// order asked. Both answer on the loop. A front end that must keep its parent's requests in order
+// holds the ones after a spawn until that spawn is answered (serve and MCP do).
 //
-// Errors: spawn() throws what Hub::spawn throws (ScopeError, WideningError, PresetError, BadRequest
-// ...), naming the field; nothing is started then. Every other call answers "unknown" rather than
-// throwing.
+// Errors: spawn() answers with what Hub::spawn_async answers (ScopeError, WideningError,
+// PresetError, BadRequest ...), naming the field; nothing is started then. Every other call answers
+// "unknown" rather than throwing.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,9 +69,15 @@ class Operations {
     std::string child_id;
     ChildState state;  // right after the spawn: done when it was refused before it started
   };
-  // Validates, then starts or queues one child; `on_done` runs exactly once with its envelope (it
-  // may run before spawn() returns: a child refused before it started). Throws as Hub::spawn.
-  Spawned spawn(const SpawnRequest& req, DoneHandler on_done);
+  struct SpawnAnswer {
+    std::optional<Spawned> spawned;  // set when the child was accepted
+    std::exception_ptr error;        // otherwise: what was wrong (nothing was started)
+  };
+  // Validates (on a worker), then starts or queues one child. `answer` runs once, on the loop and
+  // never within this call; `on_done` runs exactly once with an accepted child's envelope (it may
+  // run before `answer`: a child refused before it started). `prepare` as Hub::spawn_async's.
+  void spawn(const SpawnRequest& req, std::function<void(const SpawnAnswer&)> answer, DoneHandler on_done,
+             Hub::PrepareRequest prepare = {});
 
   std::vector<ChildInfo> list() const;
   // nullopt: no such child (never spawned here, or forgotten: kKeepFinished).

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,12 +19,37 @@
 
 namespace supervisor {
 
+// Keeps a parent's requests in order while one of them is answered off the loop (a spawn's checks
+// run on a worker, operations.hpp): what arrives meanwhile, a bad line and the end of input
+// included, waits, and runs in order once that one is answered, so a `list` sent after a `spawn`
+// sees its child and the end of input drains or cancels it. At most kMaxHeld requests wait; one
+// more is refused (its caller answers it with an error); the end of input is never refused.
+class RequestGate {
+ public:
+  static constexpr std::size_t kMaxHeld = 10'000;
+  // Runs `f` now, or holds it; false when it was refused because kMaxHeld already wait (never when
+  // `always`).
+  bool submit(std::function<void()> f, bool always = false);
+  // From now on requests wait (a request answered off the loop was just taken).
+  void hold() noexcept { holding_ = true; }
+  // Runs what waits, in order, until one of them holds again.
+  void release();
+
+ private:
+  bool holding_ = false;
+  bool releasing_ = false;
+  std::deque<std::function<void()>> waiting_;
+};
+
 struct ParentLoop {
   std::function<void(const nlohmann::json&)> on_message;
   std::function<void(const std::string& error)> on_bad_line;  // not JSON, not UTF-8, too long
   std::function<void(const std::string& why)> on_end;         // end of input, SIGINT, SIGTERM
   std::string eof_reason = "the parent closed its input";
   std::function<void()> on_eof;  // when set, end of input calls this instead of on_end (serve --drain)
+  // When set, every line and the end of input pass through it (signals do not); a message it
+  // refuses goes to on_bad_line.
+  RequestGate* gate = nullptr;
 };
 
 // Serves one parent on stdin/stdout: creates `parent` (so handlers can send through it), then runs

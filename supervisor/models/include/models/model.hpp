@@ -81,6 +81,19 @@ std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asi
 std::unique_ptr<ModelProvider> make_provider(const std::string& spec, boost::asio::io_context& io,
                                              const ModelConfig& config);
 
+// A model spec with everything it names already read (the replay script's turns, or the model
+// config's entry and the provider's key), so that making its provider reads no file: a spawn
+// resolves on a worker and makes each child's provider on the loop.
+struct ResolvedModel {
+  std::string spec;
+  // A new provider per call; reads nothing. Throws only what the provider's constructor throws.
+  std::function<std::unique_ptr<ModelProvider>(boost::asio::io_context&)> make;
+};
+// Reads what `spec` names, as make_provider would, and checks it (throws ModelSpecError). The
+// one-argument form reads the model config file.
+ResolvedModel resolve_model(const std::string& spec);
+ResolvedModel resolve_model(const std::string& spec, const ModelConfig& config);
+
 // Rough token estimate (4 bytes per token) for providers that report no usage.
 std::uint64_t estimate_tokens(std::size_t bytes) noexcept;
 

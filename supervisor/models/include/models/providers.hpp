@@ -10,6 +10,7 @@
 // (ModelSpecError).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,8 @@ std::unique_ptr<ModelProvider> make_anthropic_provider(boost::asio::io_context& 
 
 std::unique_ptr<ModelProvider> make_replay_provider(boost::asio::io_context& io, const std::string& path);
 void validate_replay_script(const std::string& path);  // throws ModelSpecError
+// Reads and checks the script once; each call of the result is a new provider at its first turn.
+std::function<std::unique_ptr<ModelProvider>(boost::asio::io_context&)> load_replay_provider(const std::string& path);
 
 // Reads cfg.api_key_env from the environment. Throws ModelSpecError naming the variable (never a
 // value) when the key is required and the variable is unset or empty.

@@ -3,16 +3,18 @@
 // one-writer-per-workspace locks, prepares isolated worktrees for implementation children and turns
 // their work into patches. Front ends (`serve`, `mcp`) sit on top of it.
 //
-// Single-threaded: every method must be called on the io_context's thread. Worktree creation, the
-// later-execution scans, patch collection, worktree removal and the final transcript write run on
-// worker threads (offload.hpp), their results posted back to that thread.
+// Single-threaded: every method must be called on the io_context's thread. spawn_async's checks
+// (they read files), worktree creation, the later-execution scans, patch collection, worktree removal
+// and the final transcript write run on worker threads (offload.hpp), their results posted back to
+// that thread.
 //
-// Errors: spawn() throws ScopeError or WideningError (scope.hpp) naming the field; once accepted, every
-// failure ends in the child's envelope.
+// Errors: spawn() throws, and spawn_async() answers with, ScopeError or WideningError (scope.hpp)
+// naming the field; once accepted, every failure ends in the child's envelope.
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -85,7 +87,6 @@ struct HubConfig {
   std::function<void(const std::string& id, const std::string& why)> on_waiting;
   std::size_t max_line = protocol::kDefaultMaxLine;  // longest protocol line from a child
   std::chrono::milliseconds handshake_timeout{10'000};
-  std::function<std::unique_ptr<ModelProvider>(const std::string& spec)> make_provider;  // default: make_provider
   // Where every child runs; null: this host's sandbox (local_runtime()). Tests give the in-process one.
   std::shared_ptr<ChildRuntime> runtime;
 };
@@ -102,18 +103,35 @@ struct ChildInfo {
 
 namespace detail {
 struct StartPrep;
+struct CheckedSpawn;
+struct SpawnChecks;
 }  // namespace detail
 
 class Hub {
  public:
   using DoneHandler = std::function<void(const protocol::Envelope&)>;
+  // A spawn's answer: the child's id, or what was wrong with the request (then `id` is empty).
+  using Accepted = std::function<void(const std::string& id, std::exception_ptr error)>;
+  // Runs on a worker before the checks; may rewrite the request or throw (a front end's own checks
+  // that read files, as MCP's allowed roots). Touches only what it captured by value.
+  using PrepareRequest = std::function<void(SpawnRequest&)>;
 
   Hub(boost::asio::io_context& io, HubConfig cfg);
   ~Hub();
 
-  // Validates the request (throws ScopeError, WideningError, PresetError, ModelSpecError naming
-  // what was wrong; nothing is started then), then starts or queues the child. Returns its id.
-  // `on_done` runs exactly once with its envelope.
+  // Validates the request on a worker thread (the checks read files: the workspace's path and
+  // ownership, the model config or the whole replay script, a preset given as a file; and the
+  // child's crash-recovery record is written there), then, back on the loop, starts or queues the
+  // child. `accepted` runs once, on the loop and never within this call: with the child's id, or
+  // with what was wrong (ScopeError, WideningError, PresetError, ModelSpecError, or the prepare
+  // step's own; nothing is started then). A spawn asked for once the hub shuts down or drains is
+  // refused (ScopeError); one asked for before and still being checked is taken as it would have
+  // been then (drained: it runs; shut down: it is cancelled at once), and shutdown()'s and
+  // drain()'s `done` wait for it. `on_done` runs exactly once with the envelope of an accepted
+  // child; it may run before `accepted` (a child refused before it started).
+  void spawn_async(const SpawnRequest& req, Accepted accepted, DoneHandler on_done, PrepareRequest prepare = {});
+  // The same checks and start on the calling thread, which waits for the files: for tests and
+  // benchmarks that have no loop running yet. Throws what spawn_async answers; returns the id.
   std::string spawn(const SpawnRequest& req, DoneHandler on_done);
   // false when the id is unknown. A queued child is removed with a cancelled envelope at once.
   bool cancel(const std::string& id, const std::string& reason);
@@ -130,12 +148,16 @@ class Hub {
   std::size_t running() const noexcept { return running_; }
   const HubConfig& config() const noexcept { return cfg_; }
   // The presets this hub was made with (read once, policy/preset.hpp).
-  const PresetCatalog& presets() const noexcept { return presets_; }
+  const PresetCatalog& presets() const noexcept { return *presets_; }
 
  private:
   struct Child;
   void pump();
   bool try_start(Child& c);
+  // What the checks need, copied for a worker.
+  detail::SpawnChecks spawn_checks() const;
+  // Queues a checked child and starts what can start; returns its id.
+  std::string admit(detail::CheckedSpawn checked, DoneHandler on_done);
   void on_child_done(const std::string& id, protocol::Envelope e);
   void deliver(Child& c, protocol::Envelope e);
   void forget_finished(const Child& newest);
@@ -148,7 +170,8 @@ class Hub {
 
   boost::asio::io_context& io_;
   HubConfig cfg_;
-  PresetCatalog presets_;  // cfg_.policy_dir, read once here (policy/preset.hpp)
+  // cfg_.policy_dir, read once here (policy/preset.hpp); shared, read-only, with spawn checks on workers.
+  std::shared_ptr<const PresetCatalog> presets_;
   std::map<std::string, std::unique_ptr<Child>> children_;
   std::deque<std::string> queue_;
   std::size_t running_ = 0;
@@ -157,6 +180,8 @@ class Hub {
   bool polling_ = false;
   std::function<void()> shutdown_done_;
   bool shutting_down_ = false;
+  std::size_t checking_ = 0;                    // spawns whose checks run on a worker
+  std::optional<std::string> shutdown_reason_;  // set by shutdown(): a spawn checked after it is cancelled
   // Expires with the hub: a session cancelled by ~Hub may still end (if the loop runs on), and its
   // envelope must then find no hub rather than a destroyed one.
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
