@@ -1,5 +1,7 @@
 // `subagent-supervisor serve` driven the way a parent agent drives it: JSON lines on its stdin and
 // stdout, as protocol/README.md ("Control protocol") specifies.
+#include <algorithm>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +9,7 @@
 #include "test_util.hpp"
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -123,6 +126,45 @@ TEST_CASE("serve: approvals go to the parent labelled with the child, and its an
   CHECK(result["envelope"]["status"] == "completed");
   CHECK(result["envelope"]["tools_used"]["run_command"] == 1);
   CHECK(std::filesystem::exists(ws.path() / "out.txt"));
+}
+
+// docs/transcripts.md: the transcript is written behind, off the loop, yet the version holding a
+// question is on disk before the parent is asked, and the one with the answer before the child is
+// told it (the tool runs after it).
+TEST_CASE(
+    "serve: the transcript on disk holds the question when the parent is asked, and the answer before the tool runs") {
+  test::TempDir ws, scripts;
+  const std::string ask =
+      test::replay(scripts, "ask",
+                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
+                   "\n"
+                   R"({"content":"done"})");
+  test::Serve s(test::Serve::Options({"--workspace", ws.path().string(), "--model", ask}, /*transcripts=*/true));
+  s.send({{"type", "hello"}, {"id", 1}, {"approvals", true}});
+  REQUIRE(s.reply(1)["capabilities"]["approvals"] == true);
+  s.send({{"type", "spawn"}, {"id", 2}, {"preset", "worker"}, {"brief", "write"}, {"description", "writer"}});
+  json req = s.next([](const json& j) { return j["type"] == "approval_request"; });
+  REQUIRE(req.is_object());
+  const std::string child = req["child_id"];
+  const fs::path file = s.transcript_dir() / ("subagent-" + child + ".json");
+  auto decisions = [&](const std::string& event, const std::string& field) {
+    std::vector<json> out;
+    json doc = json::parse(test::slurp(file));
+    for (const json& e : doc["events"])
+      if (e.value("event", "") == event) out.push_back(e.value(field, json()));
+    return out;
+  };
+  // At this moment, before any answer: the file already holds the "ask".
+  auto asked = decisions("tool_decision", "decision");
+  CHECK(std::find(asked.begin(), asked.end(), json("ask")) != asked.end());
+  CHECK(decisions("approval", "allow").empty());
+  s.send({{"type", "approval"}, {"approval_id", req["approval_id"]}, {"allow", true}});
+  json result = s.reply(2);
+  CHECK(result["envelope"]["status"] == "completed");
+  CHECK(fs::exists(ws.path() / "out.txt"));
+  auto answered = decisions("approval", "allow");
+  REQUIRE(answered.size() == 1);
+  CHECK(answered[0] == true);
 }
 
 TEST_CASE("serve: without an approver, an ask is denied at once") {

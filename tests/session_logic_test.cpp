@@ -7,7 +7,9 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "session/budgets.hpp"
 #include "session/scope.hpp"
@@ -48,6 +50,9 @@ struct Spec {
   std::chrono::milliseconds exit_grace{2'000};
   std::optional<std::chrono::milliseconds> cancel_after;
   std::function<void(ChildSession&)> after_done;  // runs on the loop once the envelope is out
+  std::string preset = "explore";
+  Approver approver;
+  std::function<void()> wait_recorded;  // SessionConfig::wait_recorded
 };
 
 // The session of the run in progress, for a script that acts on it (a cancel at a chosen moment),
@@ -64,8 +69,10 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   if (runtime_out) *runtime_out = runtime;
   SessionConfig cfg;
   cfg.id = new_child_id();
-  auto preset = std::make_shared<Preset>(load_preset("explore", test::policy_dir()));
-  cfg.budgets = tighten(preset->budgets, s.limits, "the preset explore");
+  auto preset = std::make_shared<Preset>(load_preset(s.preset, test::policy_dir()));
+  cfg.budgets = tighten(preset->budgets, s.limits, "the preset " + s.preset);
+  cfg.approver = s.approver;
+  cfg.wait_recorded = s.wait_recorded;
   cfg.preset = preset;
   cfg.brief = "test brief";
   cfg.description = "test";
@@ -595,4 +602,52 @@ TEST_CASE("a long line that is not a message ends the child with a protocol erro
     CHECK(r.env.reason.find("protocol error: ") == 0);
     CHECK(r.env.reason.find("args") != std::string::npos);
   }
+}
+
+// docs/transcripts.md: the version with a question is on disk before the parent is asked, and the one
+// with its answer before the child is told. The session waits for both on a worker
+// (SessionConfig::wait_recorded), so the loop goes on meanwhile: here its timer fires while the first
+// wait holds, and only then is the parent asked.
+TEST_CASE("an ask waits for its record off the loop: the parent is asked, and the child told, only once recorded") {
+  std::atomic<bool> recorded{false};
+  std::atomic<int> waits{0};
+  std::vector<std::string> order;  // on the loop
+  Spec s;
+  s.preset = "worker";  // run_command is "ask"
+  s.wait_recorded = [&] {
+    ++waits;
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!recorded && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  s.approver = [&](const ApprovalRequest& r, ApprovalReply reply) {
+    order.push_back("asked " + r.tool);
+    reply(true, "yes");
+  };
+  s.script = [&](std::shared_ptr<ScriptedChild> c) {
+    c->send(proto::Hello{{1}, "script/1"});
+    std::weak_ptr<ScriptedChild> weak = c;
+    c->on_message([weak, &order, &recorded](const proto::SupervisorMessage& m) {
+      auto child = weak.lock();
+      if (!child) return;
+      if (std::holds_alternative<proto::Welcome>(m)) {
+        child->send(proto::ToolRequest{"t1", "run_command", {{"command", "true"}}});
+        // The loop is free while the question's record is written: this timer fires first.
+        auto t = std::make_shared<boost::asio::steady_timer>(*g_io, std::chrono::milliseconds(50));
+        t->async_wait([t, &order, &recorded](boost::system::error_code) {
+          order.push_back("tick");
+          recorded = true;  // the write is done: the waits return
+        });
+      } else if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+        order.push_back(d->allow ? "told allow" : "told deny");
+        if (d->allow) child->send(proto::ToolDone{d->id, true, 0, {}});
+        child->send(proto::Final{"done", "a", json::object()});
+        child->exit(0);
+      }
+    });
+  };
+  Result r = run(s);
+  CHECK(r.env.status == Status::completed);
+  CHECK(waits.load() >= 2);  // the question, then the answer
+  CHECK(order == std::vector<std::string>{"tick", "asked run_command", "told allow"});
 }

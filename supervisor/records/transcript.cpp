@@ -603,10 +603,9 @@ void Transcript::record(const json& event, Scrubbed already) noexcept {
     dirty_ = true;
     if (is_checkpoint(kind, event) ||
         std::chrono::steady_clock::now() - last_write_ >= store_->options.checkpoint_interval)
-      // A question to the parent is on disk before the parent is asked; other checkpoints of a
-      // background store are written behind.
-      write_version(kind != EventKind::approval &&
-                    !(kind == EventKind::tool_decision && event.value("decision", "") == "ask"));
+      // A background store writes behind: the session waits on a worker for the version that holds
+      // a question to the parent, or its answer, before it asks or acts (SessionConfig::wait_recorded).
+      write_version(true);
   } catch (const std::exception& ex) {
     set_error(std::string("transcript ") + path_.string() + ": " + ex.what());
   } catch (...) {

@@ -383,10 +383,40 @@ void ChildSession::ask_approval(const proto::ToolRequest& m, const std::string& 
   pending->timer.async_wait([self = shared_from_this(), id = m.id](boost::system::error_code ec) {
     if (!ec) self->on_approval_timeout(id);
   });
-  cfg_.approver(ApprovalRequest{cfg_.id, cfg_.preset->name, cfg_.description, m.tool, m.args, why},
-                [self = shared_from_this(), id = m.id](bool allow, std::string reason) {
-                  self->on_approval(id, allow, std::move(reason), "ask: declined by parent");
-                });
+  // The parent is asked once the transcript on disk holds the question (docs/transcripts.md).
+  after_recorded([self = shared_from_this(), id = m.id] {
+    auto it = self->approvals_.find(id);
+    if (it == self->approvals_.end()) return;  // timed out, or the session ended meanwhile
+    if (self->state_ == State::finishing || self->state_ == State::done) return;
+    const PendingApproval& p = *it->second;
+    self->cfg_.approver(ApprovalRequest{self->cfg_.id, self->cfg_.preset->name, self->cfg_.description, p.request.tool,
+                                        p.request.args, p.why},
+                        [self, id](bool allow, std::string reason) {
+                          self->on_approval(id, allow, std::move(reason), "ask: declined by parent");
+                        });
+  });
+}
+
+void ChildSession::after_recorded(std::function<void()> next) {
+  if (!cfg_.wait_recorded) return next();
+  after_recorded_.push_back(std::move(next));
+  if (!recorded_wait_) wait_recorded();
+}
+
+void ChildSession::wait_recorded() {
+  recorded_wait_ = true;
+  const std::size_t n = after_recorded_.size();  // emitted before this wait began
+  records_wait_.run(
+      io_, [wait = cfg_.wait_recorded] { wait(); },
+      [self = shared_from_this(), n](Outcome<void>) {
+        self->recorded_wait_ = false;
+        for (std::size_t i = 0; i < n && !self->after_recorded_.empty(); ++i) {
+          auto next = std::move(self->after_recorded_.front());
+          self->after_recorded_.pop_front();
+          next();
+        }
+        if (!self->after_recorded_.empty() && !self->recorded_wait_) self->wait_recorded();
+      });
 }
 
 void ChildSession::on_approval_timeout(const std::string& id) {
@@ -401,16 +431,22 @@ void ChildSession::on_approval(const std::string& id, bool allow, std::string re
   approvals_.erase(it);
   pending->timer.cancel();
   if (state_ == State::finishing || state_ == State::done) return;
-  const proto::ToolRequest& m = pending->request;
-  emit(make_event(EventKind::approval, {{"id", m.id}, {"tool", m.tool}, {"allow", allow}, {"reason", reason}}));
-  if (state_ == State::wrapping_up) {
-    deny_tool(m, "wrap-up", pending->why + "; the child is wrapping up", "approval denied: the child is wrapping up");
-    return;
-  }
-  if (allow)
-    allow_tool(m, "approved: " + reason);
-  else
-    deny_tool(m, denied_rule, pending->why + "; " + reason, "approval denied: " + reason);
+  emit(
+      make_event(EventKind::approval,
+                 {{"id", pending->request.id}, {"tool", pending->request.tool}, {"allow", allow}, {"reason", reason}}));
+  // The answer is acted on once the transcript on disk holds it.
+  after_recorded([self = shared_from_this(), m = std::move(pending->request), why = std::move(pending->why), allow,
+                  reason = std::move(reason), denied_rule] {
+    if (self->state_ == State::finishing || self->state_ == State::done) return;
+    if (self->state_ == State::wrapping_up) {
+      self->deny_tool(m, "wrap-up", why + "; the child is wrapping up", "approval denied: the child is wrapping up");
+      return;
+    }
+    if (allow)
+      self->allow_tool(m, "approved: " + reason);
+    else
+      self->deny_tool(m, denied_rule, why + "; " + reason, "approval denied: " + reason);
+  });
 }
 
 void ChildSession::handle(const proto::ToolDone& m) {

@@ -73,6 +73,8 @@ std::shared_ptr<SessionRecords> SessionRecords::attach(SessionConfig& cfg, std::
   cfg.on_event_args_scrubbed = [r](json&& e) { r->on_event(std::move(e), Scrubbed::yes); };
   cfg.scrubber = r->scrubber_;
   cfg.on_log = [r](const std::string& line) { r->on_log(line); };
+  if (r->transcript_ && r->store_->options().background)
+    cfg.wait_recorded = [t = r->transcript_] { t->wait_written(); };
   return r;
 }
 

@@ -21,9 +21,11 @@
 // or a worker the hub hands a finished session's records to (scheduling/hub.cpp). A background
 // store writes on its own thread (TranscriptOptions::background), one job at a time in the order
 // they were queued: open() queues the first version and then the retention scan and returns without
-// touching the disk beyond the id checks, and record() queues checkpoints behind, except an approval
-// question, which record() waits for, so that the parent is never asked what the file does not hold
-// yet. A failed background write is the transcript's error() (the envelope's transcript is then null).
+// touching the disk beyond the id checks, and record() queues every checkpoint behind. An approval
+// question and its answer are checkpoints: the session waits for them on a worker (wait_written(),
+// through SessionConfig::wait_recorded) before it asks the parent or acts on the answer, so the
+// parent is never asked what the file does not hold yet, and the loop never waits for the disk.
+// A failed background write is the transcript's error() (the envelope's transcript is then null).
 #pragma once
 
 #include <sys/types.h>
@@ -74,9 +76,9 @@ struct TranscriptOptions {
   std::size_t max_events = 20'000;            // later events are counted in "events_dropped"
   bool sync = true;                           // fsync file and directory (off only in benchmarks)
   // Checkpoints go to disk on the store's own writer thread, in order, and record() returns at
-  // once (the front ends set this: their event loop never waits for a disk). The first version,
-  // flush() and a question to the parent (an "ask" or approval event) are still on disk when the
-  // call returns; SessionRecords::finish waits for the final version. Errors show in error() once
+  // once (the front ends set this: their event loop never waits for a disk). flush() is still on
+  // disk when it returns; SessionRecords::finish waits for the final version; a session waits for a
+  // question to the parent (an "ask" or approval event) on a worker. Errors show in error() once
   // the write is done.
   bool background = false;
 };

@@ -107,6 +107,11 @@ struct SessionConfig {
   // decoding), and scrubs the rest. Without it such events go to on_event.
   std::function<void(nlohmann::json&& event)> on_event_args_scrubbed;
   std::shared_ptr<const Scrubber> scrubber;
+  // Optional, set by SessionRecords with on_event when its transcript is written behind (on the
+  // store's writer thread): waits until every event recorded so far is on disk. The session calls
+  // it on a worker thread, never on the loop, before it asks the parent a question and before it
+  // acts on the answer (docs/transcripts.md: that version is on disk first).
+  std::function<void()> wait_recorded;
   std::function<void(const Progress&)> on_progress;
   std::optional<DiskWatch> disk;  // writers: the disk budget
   // Where the child runs; null: this host's sandbox (local_runtime()).
@@ -185,6 +190,10 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   void ask_approval(const protocol::ToolRequest& m, const std::string& why);
   void on_approval(const std::string& id, bool allow, std::string reason, const char* denied_rule);
   void on_approval_timeout(const std::string& id);
+  // Runs `next` on the loop once every event emitted so far is on disk (cfg_.wait_recorded, waited
+  // for on a worker), in the order asked; at once when there is nothing to wait for.
+  void after_recorded(std::function<void()> next);
+  void wait_recorded();
   // Writes at once when nothing is queued (most messages: no loop turn and no completion handler);
   // what the pipe does not take is queued, and queued lines go out together in one gathered write.
   void send(const protocol::SupervisorMessage& m);
@@ -295,6 +304,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
     boost::asio::steady_timer timer;  // the approval timeout
   };
   std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask
+  std::deque<std::function<void()>> after_recorded_;                   // waiting for cfg_.wait_recorded, in order
+  bool recorded_wait_ = false;                                         // a wait runs on a worker
+  OffloadGroup records_wait_;
 };
 
 // A fresh child id: 12 lowercase hex characters from the kernel's random source.
