@@ -259,7 +259,12 @@ std::optional<ChildMessage> tool_done(const LineScanner& s) {
 void append_quoted(std::string_view s, std::string& out) {
   static constexpr char hex[] = "0123456789abcdef";
   out.push_back('"');
-  for (char c : s) {
+  std::size_t plain = 0;  // the start of the bytes not copied yet, none of which needs an escape
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) continue;
+    out.append(s.data() + plain, i - plain);
+    plain = i + 1;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -283,15 +288,12 @@ void append_quoted(std::string_view s, std::string& out) {
         out += "\\t";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += "\\u00";
-          out.push_back(hex[(c >> 4) & 0xf]);
-          out.push_back(hex[c & 0xf]);
-        } else {
-          out.push_back(c);
-        }
+        out += "\\u00";
+        out.push_back(hex[(c >> 4) & 0xf]);
+        out.push_back(hex[c & 0xf]);
     }
   }
+  out.append(s.data() + plain, s.size() - plain);
   out.push_back('"');
 }
 

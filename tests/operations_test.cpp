@@ -76,6 +76,41 @@ struct Held {
   }
 };
 
+// A replay script behind a FIFO: reading it waits until write_now() (or 20 s, so a test whose loop is
+// stuck reading it fails rather than hangs). The writer never blocks: it retries a non-blocking open
+// until a reader is there.
+struct FifoScript {
+  std::filesystem::path path;
+  std::atomic<bool> go{false};
+  std::thread writer;
+  explicit FifoScript(std::filesystem::path p) : path(std::move(p)) {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    writer = std::thread([this] {
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!go && std::chrono::steady_clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      int fd = -1;
+      while ((fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO &&
+             std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (fd < 0) return;
+      const std::string script = "{\"content\":\"done\"}\n";
+      (void)!::write(fd, script.data(), script.size());
+      ::close(fd);
+    });
+  }
+  ~FifoScript() {
+    go = true;
+    writer.join();
+  }
+  void write_now() { go = true; }
+  void remove() {
+    writer.join();
+    std::filesystem::remove(path);
+    writer = std::thread([] {});
+  }
+};
+
 struct Fixture {
   test::TempDir root;
   boost::asio::io_context io;
@@ -185,44 +220,70 @@ TEST_CASE(
   f.spawn(ops, f.request(), [&](const proto::Envelope& e) { first_env = e; });
   f.run_until([&] { return held.children.size() == 1; });
 
-  const std::filesystem::path fifo = f.root.path() / "slow-model.jsonl";
-  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  FifoScript fifo(f.root.path() / "slow-model.jsonl");
   SpawnRequest slow = f.request();
-  slow.model = "replay:" + fifo.string();
+  slow.model = "replay:" + fifo.path.string();
   std::optional<Operations::SpawnAnswer> answer;
   std::optional<proto::Envelope> slow_env;
   ops.spawn(
       slow, [&](const Operations::SpawnAnswer& a) { answer = a; }, [&](const proto::Envelope& e) { slow_env = e; });
-  // The writer: at once when told, or after 20 s whatever happens, so a failing test (a loop stuck
-  // in the check) cannot hang.
-  std::atomic<bool> write_now{false};
-  std::thread writer([&] {
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!write_now && std::chrono::steady_clock::now() < limit)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    const std::string script = "{\"content\":\"done\"}\n";
-    (void)!::write(fd, script.data(), script.size());
-    ::close(fd);
-  });
   // Meanwhile the first child is served: it ends, and its envelope is delivered.
   held.release();
   f.run_until([&] { return first_env.has_value(); });
   CHECK(first_env->status == proto::Status::completed);
   CHECK_FALSE(answer.has_value());
   CHECK(ops.list().size() == 1);  // a spawn being checked is not a child yet
-  write_now = true;
+  fifo.write_now();
   f.run_until([&] { return answer.has_value(); });
-  writer.join();
   REQUIRE_FALSE(answer->error);
-  // Its launch made the provider from what the check read: the FIFO, now without a writer, is not
-  // opened again (that would block the loop for good).
+  // Its launch makes the provider from what the check read: with the script gone, a second read
+  // would fail the child.
+  fifo.remove();
   f.run_until([&] { return held.children.size() == 2; });
   held.release();
   f.run_until([&] { return slow_env.has_value(); });
   CHECK(slow_env->status == proto::Status::completed);
   CHECK(slow_env->id == answer->spawned->child_id);
+}
+
+TEST_CASE("operations: a spawn still being checked when a shutdown begins gets its id, then is cancelled unstarted") {
+  Held held;
+  Fixture f(held.script());
+  Operations ops(f.io, f.cfg);
+  FifoScript fifo(f.root.path() / "slow-model.jsonl");
+  SpawnRequest slow = f.request();
+  slow.model = "replay:" + fifo.path.string();
+  std::vector<std::string> order;
+  std::optional<Operations::SpawnAnswer> answer;
+  std::optional<proto::Envelope> env;
+  ops.spawn(
+      slow,
+      [&](const Operations::SpawnAnswer& a) {
+        answer = a;
+        order.push_back("answer");
+      },
+      [&](const proto::Envelope& e) {
+        env = e;
+        order.push_back("envelope");
+      });
+  bool shut = false;
+  ops.shutdown("the parent left", [&] { shut = true; });
+  // Asked for after the shutdown began: refused, and answered before the shutdown is done.
+  std::optional<Operations::SpawnAnswer> late;
+  ops.spawn(
+      f.request(), [&](const Operations::SpawnAnswer& a) { late = a; }, [](const proto::Envelope&) {});
+  f.run_until([&] { return late.has_value(); });
+  REQUIRE(late->error);
+  CHECK_FALSE(shut);  // it waits for the spawn being checked
+  fifo.write_now();
+  f.run_until([&] { return shut; });
+  REQUIRE(answer.has_value());
+  REQUIRE_FALSE(answer->error);
+  REQUIRE(env.has_value());
+  CHECK(order == std::vector<std::string>{"answer", "envelope"});
+  CHECK(env->status == proto::Status::cancelled);
+  CHECK(env->reason.find("the parent left") != std::string::npos);
+  CHECK(held.children.empty());  // never started
 }
 
 TEST_CASE("operations: a spawn's errors are answered, never thrown, and name the field; nothing is started") {
@@ -237,21 +298,34 @@ TEST_CASE("operations: a spawn's errors are answered, never thrown, and name the
     f.run_until([&] { return answer.has_value(); });
     CHECK_FALSE(ended);
     REQUIRE(answer->error);
+    return answer->error;
+  };
+  auto what = [](std::exception_ptr e) {
     try {
-      std::rethrow_exception(answer->error);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      return std::string(ex.what());
     }
     return std::string();
   };
+  // The types survive the worker: the front ends map them to their error codes.
   SpawnRequest bad_ws = f.request();
   bad_ws.workspace = f.root.path() / "missing";
-  CHECK(refused(bad_ws).find("workspace: '") == 0);
+  auto e = refused(bad_ws);
+  CHECK_THROWS_AS(std::rethrow_exception(e), ScopeError);
+  CHECK(what(e).find("workspace: '") == 0);
   SpawnRequest bad_model = f.request();
   bad_model.model = "replay:" + (f.root.path() / "nothing.jsonl").string();
-  CHECK(refused(bad_model).find("nothing.jsonl") != std::string::npos);
+  e = refused(bad_model);
+  CHECK_THROWS_AS(std::rethrow_exception(e), ModelSpecError);
+  CHECK(what(e).find("nothing.jsonl") != std::string::npos);
   SpawnRequest bad_preset = f.request("no-such-preset");
-  CHECK(refused(bad_preset).find("no-such-preset") != std::string::npos);
+  e = refused(bad_preset);
+  CHECK_THROWS_AS(std::rethrow_exception(e), PresetError);
+  CHECK(what(e).find("no-such-preset") != std::string::npos);
+  SpawnRequest wide = f.request();
+  wide.max_disk_bytes = std::uint64_t{1} << 60;
+  CHECK_THROWS_AS(std::rethrow_exception(refused(wide)), WideningError);
   CHECK(ops.list().empty());
   // The same request, valid: accepted.
   auto s = f.spawn(ops, f.request(), [](const proto::Envelope&) {});
@@ -422,33 +496,31 @@ TEST_CASE("operations: an approval is forgotten when its child ends, and a drain
 
 // frontends/parent_loop.hpp: what a front end uses to keep a parent's requests in order while a
 // spawn is checked off the loop.
-TEST_CASE("request gate: requests after a held one wait and run in order; a full gate refuses, the end never") {
+TEST_CASE("request gate: requests after a held one wait and run in order; input pauses while it holds") {
   RequestGate gate;
-  std::vector<int> ran;
-  CHECK(gate.submit([&] { ran.push_back(1); }));
-  CHECK(ran == std::vector<int>{1});  // nothing held: at once
+  std::vector<std::string> ran;
+  gate.on_hold = [&](bool holding) { ran.push_back(holding ? "pause" : "resume"); };
+  gate.submit([&] { ran.push_back("1"); });
+  CHECK(ran == std::vector<std::string>{"1"});  // nothing held: at once
   gate.hold();
-  CHECK(gate.submit([&] { ran.push_back(2); }));
-  CHECK(gate.submit([&] {
-    ran.push_back(3);
+  gate.submit([&] { ran.push_back("2"); });
+  gate.submit([&] {
+    ran.push_back("3");
     gate.hold();  // this one too is answered later
-  }));
-  CHECK(gate.submit([&] { ran.push_back(4); }));
-  CHECK(ran == std::vector<int>{1});
+  });
+  gate.submit([&] { ran.push_back("4"); });
+  CHECK(ran == std::vector<std::string>{"1", "pause"});
   gate.release();
-  CHECK(ran == std::vector<int>{1, 2, 3});  // stopped at the one that held
-  CHECK(gate.submit([&] { ran.push_back(5); }));
-  CHECK(ran == std::vector<int>{1, 2, 3});
+  CHECK(ran == std::vector<std::string>{"1", "pause", "2", "3"});  // stopped at the one that held; still paused
+  gate.submit([&] { ran.push_back("5"); });
   gate.release();
-  CHECK(ran == std::vector<int>{1, 2, 3, 4, 5});
-
+  CHECK(ran == std::vector<std::string>{"1", "pause", "2", "3", "4", "5", "resume"});
+  // A request that throws leaves the gate usable.
   gate.hold();
-  std::size_t taken = 0, queued = 0;
-  while (taken <= RequestGate::kMaxHeld && gate.submit([&] { ++queued; })) ++taken;
-  CHECK(taken == RequestGate::kMaxHeld);
-  CHECK(queued == 0);
-  CHECK(gate.submit([&] { ran.push_back(6); }, true));  // the end of input is never refused
+  gate.submit([] { throw std::runtime_error("bad"); });
+  gate.submit([&] { ran.push_back("6"); });
+  CHECK_THROWS(gate.release());
   gate.release();
-  CHECK(queued == RequestGate::kMaxHeld);
-  CHECK(ran.back() == 6);
+  CHECK(ran.back() == "resume");
+  CHECK(ran[ran.size() - 2] == "6");
 }

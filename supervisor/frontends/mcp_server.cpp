@@ -330,8 +330,6 @@ struct McpServer {
     // MCP has no notion of the parent's turns: a burst of spawns ends when nothing is left running.
     if (ops->idle()) ops->new_turn();
     const bool background = a.background;
-    // The checks read files, so they run off the loop; the client's next messages wait for them.
-    gate.hold();
     auto call = std::make_shared<SyncCall>(SyncCall{request_id, token});
     ops->spawn(
         a.request,
@@ -361,6 +359,9 @@ struct McpServer {
         [default_workspace = opts.default_workspace, roots = opts.roots](SpawnRequest& r) {
           r.workspace = checked_workspace(r.workspace, default_workspace, roots);
         });
+    // The checks read files, so they run off the loop; the client's next messages wait for their
+    // answer (which never comes within the call above).
+    gate.hold();
   }
 
   static json output_value(const ChildInfo& info) {

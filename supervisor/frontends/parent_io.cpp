@@ -83,6 +83,17 @@ void ParentIo::on_data(std::string_view data, bool eof) {
     if (h_.on_eof) h_.on_eof();
     return;
   }
+  if (paused_) {
+    read_due_ = true;
+    return;
+  }
+  do_read();
+}
+
+void ParentIo::resume_reading() {
+  paused_ = false;
+  if (!read_due_) return;
+  read_due_ = false;
   do_read();
 }
 

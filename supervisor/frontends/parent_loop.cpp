@@ -11,26 +11,34 @@
 
 namespace supervisor {
 
-bool RequestGate::submit(std::function<void()> f, bool always) {
-  if (!holding_ && waiting_.empty()) {
-    f();
-    return true;
-  }
-  if (!always && waiting_.size() >= kMaxHeld) return false;
+void RequestGate::submit(std::function<void()> f) {
+  if (!holding_ && waiting_.empty()) return f();
   waiting_.push_back(std::move(f));
-  return true;
+}
+
+void RequestGate::hold() {
+  holding_ = true;
+  if (paused_) return;
+  paused_ = true;
+  if (on_hold) on_hold(true);
 }
 
 void RequestGate::release() {
   holding_ = false;
   if (releasing_) return;  // the release further up the stack goes on
   releasing_ = true;
+  struct Done {
+    bool& releasing;
+    ~Done() { releasing = false; }
+  } done{releasing_};
   while (!holding_ && !waiting_.empty()) {
     auto f = std::move(waiting_.front());
     waiting_.pop_front();
     f();
   }
-  releasing_ = false;
+  if (holding_ || !paused_) return;
+  paused_ = false;
+  if (on_hold) on_hold(false);
 }
 
 void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& parent, std::size_t max_line,
@@ -43,15 +51,16 @@ void run_parent_loop(boost::asio::io_context& io, std::shared_ptr<ParentIo>& par
   };
   ParentIo::Handlers handlers{loop.on_message, loop.on_bad_line, eof};
   if (RequestGate* gate = loop.gate) {
-    handlers.on_message = [&loop, gate](const nlohmann::json& m) {
-      if (!gate->submit([&loop, m] { loop.on_message(m); }))
-        loop.on_bad_line("too many requests waiting behind a spawn that is being checked (" +
-                         std::to_string(RequestGate::kMaxHeld) + "); send fewer at once");
+    handlers.on_message = [&loop, gate](const nlohmann::json& m) { gate->submit([&loop, m] { loop.on_message(m); }); };
+    handlers.on_bad_line = [&loop, gate](const std::string& e) { gate->submit([&loop, e] { loop.on_bad_line(e); }); };
+    handlers.on_eof = [gate, eof] { gate->submit(eof); };
+    gate->on_hold = [&parent](bool holding) {
+      if (!parent) return;
+      if (holding)
+        parent->pause_reading();
+      else
+        parent->resume_reading();
     };
-    handlers.on_bad_line = [&loop, gate](const std::string& e) {
-      gate->submit([&loop, e] { loop.on_bad_line(e); }, true);
-    };
-    handlers.on_eof = [gate, eof] { gate->submit(eof, true); };
   }
   parent = ParentIo::create(io, STDIN_FILENO, STDOUT_FILENO, max_line, std::move(handlers));
   {

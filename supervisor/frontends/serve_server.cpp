@@ -136,8 +136,6 @@ struct Server {
     SpawnRequest req = parse_spawn(m);
     if (req.workspace.empty()) req.workspace = default_workspace;
     const bool background = m.value("background", false);
-    // The checks read files, so they run off the loop; the parent's next requests wait for them.
-    gate.hold();
     ops->spawn(
         req,
         [this, id, background](const Operations::SpawnAnswer& a) {
@@ -157,6 +155,9 @@ struct Server {
           else
             parent->send({{"type", "result"}, {"id", id}, {"child_id", e.id}, {"envelope", env}});
         });
+    // The checks read files, so they run off the loop; the parent's next requests wait for their
+    // answer (which never comes within the call above).
+    gate.hold();
   }
 
   void output(const json& m, const json& id) {

@@ -264,8 +264,15 @@ std::string Hub::spawn(const SpawnRequest& req, DoneHandler on_done) {
 
 void Hub::spawn_async(const SpawnRequest& req, Accepted accepted, DoneHandler on_done, PrepareRequest prepare) {
   if (shutting_down_) {
-    boost::asio::post(
-        io_, [accepted = std::move(accepted)] { accepted({}, std::make_exception_ptr(shutting_down_error())); });
+    // Answered on the loop, never within the call; the shutdown's `done` waits for it, so the
+    // refusal reaches the parent before the front end flushes and ends.
+    ++checking_;
+    boost::asio::post(io_, [this, alive = std::weak_ptr<int>(alive_), accepted = std::move(accepted)] {
+      if (alive.expired()) return;
+      --checking_;
+      accepted({}, std::make_exception_ptr(shutting_down_error()));
+      check_shutdown();
+    });
     return;
   }
   struct Checked {
@@ -292,17 +299,18 @@ void Hub::spawn_async(const SpawnRequest& req, Accepted accepted, DoneHandler on
         if (error) {
           accepted({}, error);
         } else {
-          // Asked for before a drain or a shutdown began: taken as it would have been then (a drain
-          // lets it finish; a shutdown cancels it at once, with its envelope).
-          const std::string id = admit(std::move(*r.value->spawn), std::move(on_done));
-          if (shutdown_reason_) cancel(id, *shutdown_reason_);
+          // Asked for before a drain or a shutdown began: taken as it would have been then. A drain
+          // lets it run; a shutdown cancels it before it starts, after the parent has its id.
+          const bool cancelled = shutdown_reason_.has_value();
+          const std::string id = admit(std::move(*r.value->spawn), std::move(on_done), /*start=*/!cancelled);
           accepted(id, nullptr);
+          if (cancelled) cancel(id, *shutdown_reason_);
         }
         check_shutdown();
       });
 }
 
-std::string Hub::admit(detail::CheckedSpawn checked, DoneHandler on_done) {
+std::string Hub::admit(detail::CheckedSpawn checked, DoneHandler on_done, bool start) {
   auto c = std::make_unique<Child>();
   c->id = std::move(checked.id);
   c->req = std::move(checked.req);
@@ -317,7 +325,7 @@ std::string Hub::admit(detail::CheckedSpawn checked, DoneHandler on_done) {
         {{"child", id}, {"preset", c->preset->name}, {"parent", cfg_.parent}, {"description", c->req.description}}));
   children_[id] = std::move(c);
   queue_.push_back(id);
-  pump();
+  if (start) pump();
   return id;
 }
 

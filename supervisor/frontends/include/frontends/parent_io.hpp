@@ -34,6 +34,10 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   void send(const nlohmann::json& msg);
   // Runs `done` once everything queued so far has been written.
   void flush(std::function<void()> done);
+  // While paused no more input is read (the lines one read already brought are still handed over);
+  // resume_reading() reads on. A front end pauses while a request is answered off the loop.
+  void pause_reading() noexcept { paused_ = true; }
+  void resume_reading();
 
  private:
   ParentIo(boost::asio::io_context& io, int in_fd, int out_fd, std::size_t max_line, Handlers h);
@@ -55,6 +59,8 @@ class ParentIo : public std::enable_shared_from_this<ParentIo> {
   std::size_t logs_dropped_ = 0;  // log lines not queued since the last note about it
   bool writing_ = false;
   bool out_broken_ = false;
+  bool paused_ = false;    // pause_reading()
+  bool read_due_ = false;  // a read was skipped while paused
   std::vector<std::function<void()>> flush_waiters_;
 };
 

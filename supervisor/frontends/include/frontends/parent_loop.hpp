@@ -22,21 +22,22 @@ namespace supervisor {
 // Keeps a parent's requests in order while one of them is answered off the loop (a spawn's checks
 // run on a worker, operations.hpp): what arrives meanwhile, a bad line and the end of input
 // included, waits, and runs in order once that one is answered, so a `list` sent after a `spawn`
-// sees its child and the end of input drains or cancels it. At most kMaxHeld requests wait; one
-// more is refused (its caller answers it with an error); the end of input is never refused.
+// sees its child and the end of input drains or cancels it. While it holds, the parent's input is
+// not read (`on_hold(true)` pauses it), so what waits is at most what one read brought.
 class RequestGate {
  public:
-  static constexpr std::size_t kMaxHeld = 10'000;
-  // Runs `f` now, or holds it; false when it was refused because kMaxHeld already wait (never when
-  // `always`).
-  bool submit(std::function<void()> f, bool always = false);
+  // Runs `f` now, or holds it behind the request being answered.
+  void submit(std::function<void()> f);
   // From now on requests wait (a request answered off the loop was just taken).
-  void hold() noexcept { holding_ = true; }
+  void hold();
   // Runs what waits, in order, until one of them holds again.
   void release();
+  // Told true when the gate begins to hold, false when it lets requests through again.
+  std::function<void(bool holding)> on_hold;
 
  private:
   bool holding_ = false;
+  bool paused_ = false;  // on_hold(true) was told, on_hold(false) not yet
   bool releasing_ = false;
   std::deque<std::function<void()>> waiting_;
 };
@@ -47,8 +48,8 @@ struct ParentLoop {
   std::function<void(const std::string& why)> on_end;         // end of input, SIGINT, SIGTERM
   std::string eof_reason = "the parent closed its input";
   std::function<void()> on_eof;  // when set, end of input calls this instead of on_end (serve --drain)
-  // When set, every line and the end of input pass through it (signals do not); a message it
-  // refuses goes to on_bad_line.
+  // When set, every line and the end of input pass through it (signals do not), and it pauses the
+  // parent's input while it holds.
   RequestGate* gate = nullptr;
 };
 

@@ -126,7 +126,7 @@ class Hub {
   // with what was wrong (ScopeError, WideningError, PresetError, ModelSpecError, or the prepare
   // step's own; nothing is started then). A spawn asked for once the hub shuts down or drains is
   // refused (ScopeError); one asked for before and still being checked is taken as it would have
-  // been then (drained: it runs; shut down: it is cancelled at once), and shutdown()'s and
+  // been then (drained: it runs; shut down: accepted, then cancelled before it starts), and shutdown()'s and
   // drain()'s `done` wait for it. `on_done` runs exactly once with the envelope of an accepted
   // child; it may run before `accepted` (a child refused before it started).
   void spawn_async(const SpawnRequest& req, Accepted accepted, DoneHandler on_done, PrepareRequest prepare = {});
@@ -156,8 +156,8 @@ class Hub {
   bool try_start(Child& c);
   // What the checks need, copied for a worker.
   detail::SpawnChecks spawn_checks() const;
-  // Queues a checked child and starts what can start; returns its id.
-  std::string admit(detail::CheckedSpawn checked, DoneHandler on_done);
+  // Queues a checked child and, when `start`, starts what can start; returns its id.
+  std::string admit(detail::CheckedSpawn checked, DoneHandler on_done, bool start = true);
   void on_child_done(const std::string& id, protocol::Envelope e);
   void deliver(Child& c, protocol::Envelope e);
   void forget_finished(const Child& newest);
