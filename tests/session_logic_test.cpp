@@ -52,7 +52,7 @@ struct Spec {
   std::function<void(ChildSession&)> after_done;  // runs on the loop once the envelope is out
   std::string preset = "explore";
   Approver approver;
-  std::function<void()> wait_recorded;  // SessionConfig::wait_recorded
+  std::function<std::function<void()>()> wait_recorded;  // SessionConfig::wait_recorded
 };
 
 // The session of the run in progress, for a script that acts on it (a cancel at a chosen moment),
@@ -615,10 +615,12 @@ TEST_CASE("an ask waits for its record off the loop: the parent is asked, and th
   Spec s;
   s.preset = "worker";  // run_command is "ask"
   s.wait_recorded = [&] {
-    ++waits;
-    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!recorded && std::chrono::steady_clock::now() < limit)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::function<void()>([&] {
+      ++waits;
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!recorded && std::chrono::steady_clock::now() < limit)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
   };
   s.approver = [&](const ApprovalRequest& r, ApprovalReply reply) {
     order.push_back("asked " + r.tool);

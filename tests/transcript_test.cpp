@@ -507,6 +507,32 @@ TEST_CASE("a background store: the first version and retention are written behin
   for (const auto* t : {&t2, &t3, &t4, &t5}) CHECK(fs::exists((*t)->path()));
 }
 
+TEST_CASE("a background store: wait_written(n) returns once the first n versions are on disk, whatever follows") {
+  test::TempDir d;
+  auto o = options_in(d.path());
+  o.background = true;
+  TranscriptStore store(o, patterns_only());
+  std::string err;
+  auto t = store.open(header("bg-upto"), err);
+  REQUIRE(t);
+  const std::uint64_t first = t->versions_queued();
+  CHECK(first >= 1);  // the first version
+  t->record({{"event", "tool_decision"},
+             {"child", "bg-upto"},
+             {"id", "t1"},
+             {"tool", "run_command"},
+             {"decision", "ask"},
+             {"rule", "r"},
+             {"reason", "why"}});
+  const std::uint64_t asked = t->versions_queued();
+  CHECK(asked == first + 1);  // an ask is a checkpoint: queued, not waited for
+  t->wait_written(asked);
+  bool found = false;
+  const json doc = parse_file(t->path());
+  for (const json& e : doc["events"]) found |= e.value("decision", "") == "ask";
+  CHECK_MESSAGE(found, doc.dump() << " / error: " << t->error());
+}
+
 TEST_CASE("a background store on a read-only directory: open() returns, the error follows, the envelope says null") {
   std::string r = in_child([]() -> std::string {
     test::TempDir d;

@@ -656,6 +656,16 @@ void Transcript::wait_written() noexcept {
   disk_idle_.wait(lock, [&] { return pending_ == 0; });
 }
 
+std::uint64_t Transcript::versions_queued() const noexcept {
+  std::lock_guard lock(disk_mu_);
+  return queued_;
+}
+
+void Transcript::wait_written(std::uint64_t upto) noexcept {
+  std::unique_lock lock(disk_mu_);
+  disk_idle_.wait(lock, [&] { return written_ >= upto || pending_ == 0; });
+}
+
 bool Transcript::write_version(bool behind) noexcept {
   try {
     if (!store_->options.background) return write_now(assemble(snapshot()));
@@ -663,12 +673,14 @@ bool Transcript::write_version(bool behind) noexcept {
     // events' closed blocks, never a copy of the whole text; the writer thread puts the file together.
     auto version = std::make_shared<Version>(snapshot());
     last_write_ = std::chrono::steady_clock::now();
+    std::uint64_t seq = 0;
     {
       std::lock_guard lock(disk_mu_);
       ++pending_;
+      seq = ++queued_;
     }
     // ~Transcript waits for pending_ to reach 0, so `this` outlives the job.
-    store_->post_write([this, version] {
+    store_->post_write([this, version, seq] {
       try {
         write_now(assemble(*version));
       } catch (const std::exception& ex) {  // bad_alloc: the version is not written, the error kept
@@ -678,6 +690,7 @@ bool Transcript::write_version(bool behind) noexcept {
       }
       std::lock_guard lock(disk_mu_);
       --pending_;
+      written_ = seq;  // the writer runs its jobs in order
       disk_idle_.notify_all();
     });
     if (behind) return true;

@@ -388,6 +388,11 @@ void ChildSession::ask_approval(const proto::ToolRequest& m, const std::string& 
     auto it = self->approvals_.find(id);
     if (it == self->approvals_.end()) return;  // timed out, or the session ended meanwhile
     if (self->state_ == State::finishing || self->state_ == State::done) return;
+    if (self->ending_.is(proto::Status::cancelled)) return;  // its kill is on the way: nobody asks
+    if (self->state_ == State::wrapping_up) {                // an answer could only be denied now
+      self->on_approval(id, false, "the child is wrapping up", "wrap-up");
+      return;
+    }
     const PendingApproval& p = *it->second;
     self->cfg_.approver(ApprovalRequest{self->cfg_.id, self->cfg_.preset->name, self->cfg_.description, p.request.tool,
                                         p.request.args, p.why},
@@ -399,22 +404,19 @@ void ChildSession::ask_approval(const proto::ToolRequest& m, const std::string& 
 
 void ChildSession::after_recorded(std::function<void()> next) {
   if (!cfg_.wait_recorded) return next();
-  after_recorded_.push_back(std::move(next));
+  after_recorded_.push_back({cfg_.wait_recorded(), std::move(next)});
   if (!recorded_wait_) wait_recorded();
 }
 
 void ChildSession::wait_recorded() {
   recorded_wait_ = true;
-  const std::size_t n = after_recorded_.size();  // emitted before this wait began
   records_wait_.run(
-      io_, [wait = cfg_.wait_recorded] { wait(); },
-      [self = shared_from_this(), n](Outcome<void>) {
+      io_, [wait = after_recorded_.front().wait] { wait(); },
+      [self = shared_from_this()](Outcome<void>) {
+        auto next = std::move(self->after_recorded_.front().next);
+        self->after_recorded_.pop_front();
         self->recorded_wait_ = false;
-        for (std::size_t i = 0; i < n && !self->after_recorded_.empty(); ++i) {
-          auto next = std::move(self->after_recorded_.front());
-          self->after_recorded_.pop_front();
-          next();
-        }
+        next();  // may ask for another wait, which then starts (in order)
         if (!self->after_recorded_.empty() && !self->recorded_wait_) self->wait_recorded();
       });
 }
@@ -438,6 +440,7 @@ void ChildSession::on_approval(const std::string& id, bool allow, std::string re
   after_recorded([self = shared_from_this(), m = std::move(pending->request), why = std::move(pending->why), allow,
                   reason = std::move(reason), denied_rule] {
     if (self->state_ == State::finishing || self->state_ == State::done) return;
+    if (self->ending_.is(proto::Status::cancelled)) return;  // its kill is on the way: nothing runs
     if (self->state_ == State::wrapping_up) {
       self->deny_tool(m, "wrap-up", why + "; the child is wrapping up", "approval denied: the child is wrapping up");
       return;

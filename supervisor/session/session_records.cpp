@@ -74,7 +74,9 @@ std::shared_ptr<SessionRecords> SessionRecords::attach(SessionConfig& cfg, std::
   cfg.scrubber = r->scrubber_;
   cfg.on_log = [r](const std::string& line) { r->on_log(line); };
   if (r->transcript_ && r->store_->options().background)
-    cfg.wait_recorded = [t = r->transcript_] { t->wait_written(); };
+    cfg.wait_recorded = [t = r->transcript_] {
+      return std::function<void()>([t, upto = t->versions_queued()] { t->wait_written(upto); });
+    };
   return r;
 }
 

@@ -18,11 +18,12 @@
 //
 // Threading: TranscriptStore may be shared between sessions and threads (it locks what it shares);
 // a Transcript belongs to one session and is used on one thread at a time: the session's io thread,
-// or a worker the hub hands a finished session's records to (scheduling/hub.cpp). A background
+// or a worker the hub hands a finished session's records to (scheduling/hub.cpp). Its waits,
+// error() and writes() may be called from any thread. A background
 // store writes on its own thread (TranscriptOptions::background), one job at a time in the order
 // they were queued: open() queues the first version and then the retention scan and returns without
 // touching the disk beyond the id checks, and record() queues every checkpoint behind. An approval
-// question and its answer are checkpoints: the session waits for them on a worker (wait_written(),
+// question and its answer are checkpoints: the session waits for them on a worker (wait_written(n),
 // through SessionConfig::wait_recorded) before it asks the parent or acts on the answer, so the
 // parent is never asked what the file does not hold yet, and the loop never waits for the disk.
 // A failed background write is the transcript's error() (the envelope's transcript is then null).
@@ -32,6 +33,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <condition_variable>
@@ -138,8 +140,9 @@ class Transcript {
   // store's own scrubber did that), long strings cut, a "time" added. Writes the file at key
   // events and checkpoints. Never throws.
   void record(const nlohmann::json& event, Scrubbed already = Scrubbed::no) noexcept;
-  // Records the envelope (scrubbed; its "transcript" set to this file) and writes the final version.
-  // Returns whether the file on disk now holds it.
+  // Records the envelope (scrubbed; its "transcript" set to this file) and writes the final version
+  // (a background store queues it: wait_written() then). Returns whether that write succeeded or
+  // was queued.
   bool record_envelope(const nlohmann::json& envelope) noexcept;
   // Writes the current state now; returns whether it succeeded.
   bool flush() noexcept;
@@ -153,6 +156,11 @@ class Transcript {
   std::size_t writes() const noexcept;
   // Waits until every version queued by a background store is on disk (or failed).
   void wait_written() noexcept;
+  // How many versions a background store has queued so far; wait_written(n) waits until the
+  // first n are on disk (or failed), however many are queued after them. Both may be called
+  // from any thread.
+  std::uint64_t versions_queued() const noexcept;
+  void wait_written(std::uint64_t upto) noexcept;
 
  private:
   friend class TranscriptStore;
@@ -190,6 +198,7 @@ class Transcript {
   mutable std::mutex disk_mu_;
   std::condition_variable disk_idle_;
   std::size_t pending_ = 0;
+  std::uint64_t queued_ = 0, written_ = 0;  // versions queued, and done (in order) by the writer
   std::string error_;
   bool finished_ = false;
   bool dirty_ = false;

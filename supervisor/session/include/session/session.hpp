@@ -108,10 +108,11 @@ struct SessionConfig {
   std::function<void(nlohmann::json&& event)> on_event_args_scrubbed;
   std::shared_ptr<const Scrubber> scrubber;
   // Optional, set by SessionRecords with on_event when its transcript is written behind (on the
-  // store's writer thread): waits until every event recorded so far is on disk. The session calls
-  // it on a worker thread, never on the loop, before it asks the parent a question and before it
-  // acts on the answer (docs/transcripts.md: that version is on disk first).
-  std::function<void()> wait_recorded;
+  // store's writer thread). Called on the loop, it returns a wait for the transcript versions
+  // queued so far (those holding the events recorded so far); the session runs that wait on a
+  // worker thread, never on the loop, before it asks the parent a question and before it acts on
+  // the answer (docs/transcripts.md: that version is on disk first).
+  std::function<std::function<void()>()> wait_recorded;
   std::function<void(const Progress&)> on_progress;
   std::optional<DiskWatch> disk;  // writers: the disk budget
   // Where the child runs; null: this host's sandbox (local_runtime()).
@@ -304,8 +305,12 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
     boost::asio::steady_timer timer;  // the approval timeout
   };
   std::map<std::string, std::unique_ptr<PendingApproval>> approvals_;  // request id -> unanswered ask
-  std::deque<std::function<void()>> after_recorded_;                   // waiting for cfg_.wait_recorded, in order
-  bool recorded_wait_ = false;                                         // a wait runs on a worker
+  struct AfterRecorded {
+    std::function<void()> wait;  // on a worker: the versions queued when it was asked for
+    std::function<void()> next;  // on the loop, once `wait` returned
+  };
+  std::deque<AfterRecorded> after_recorded_;  // in the order asked; the front one's wait runs
+  bool recorded_wait_ = false;                // a wait runs on a worker
   OffloadGroup records_wait_;
 };
 
