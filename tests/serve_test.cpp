@@ -18,6 +18,15 @@ struct Serve : test::Serve {
   explicit Serve(std::vector<std::string> args) : test::Serve(Options{std::move(args)}) {}
 };
 
+// A model that asks to run one command writing out.txt (the worker preset marks run_command "ask"),
+// then answers "done".
+std::string asks_to_write(const test::TempDir& scripts) {
+  return test::replay(scripts, "ask",
+                      R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
+                      "\n"
+                      R"({"content":"done"})");
+}
+
 }  // namespace
 
 TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end of input") {
@@ -106,11 +115,7 @@ TEST_CASE("serve: hello, sync and background spawns, list, output, cancel, end o
 TEST_CASE("serve: approvals go to the parent labelled with the child, and its answer decides") {
   test::TempDir ws, scripts;
   ws.write("a.txt", "hello\n");
-  const std::string ask =
-      test::replay(scripts, "ask",
-                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
-                   "\n"
-                   R"({"content":"done"})");
+  const std::string ask = asks_to_write(scripts);
   Serve s({"--workspace", ws.path().string(), "--model", ask});
   s.send({{"type", "hello"}, {"id", 1}, {"approvals", true}});
   REQUIRE(s.reply(1)["capabilities"]["approvals"] == true);
@@ -134,11 +139,7 @@ TEST_CASE("serve: approvals go to the parent labelled with the child, and its an
 // its record off the loop"), with a wait the test holds.
 TEST_CASE("serve: the transcript on disk holds the question when the parent is asked; the answer is recorded") {
   test::TempDir ws, scripts;
-  const std::string ask =
-      test::replay(scripts, "ask",
-                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
-                   "\n"
-                   R"({"content":"done"})");
+  const std::string ask = asks_to_write(scripts);
   test::Serve s(test::Serve::Options({"--workspace", ws.path().string(), "--model", ask}, /*transcripts=*/true));
   s.send({{"type", "hello"}, {"id", 1}, {"approvals", true}});
   REQUIRE(s.reply(1)["capabilities"]["approvals"] == true);
@@ -169,11 +170,7 @@ TEST_CASE("serve: the transcript on disk holds the question when the parent is a
 
 TEST_CASE("serve: without an approver, an ask is denied at once") {
   test::TempDir ws, scripts;
-  const std::string ask =
-      test::replay(scripts, "ask",
-                   R"({"tool_calls":[{"name":"run_command","arguments":{"command":"echo hi > out.txt"}}]})"
-                   "\n"
-                   R"({"content":"done"})");
+  const std::string ask = asks_to_write(scripts);
   Serve s({"--workspace", ws.path().string(), "--model", ask, "--approval-timeout", "60s"});
   s.send({{"type", "hello"}, {"id", 1}});
   s.reply(1);
