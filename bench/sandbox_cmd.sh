@@ -1,6 +1,7 @@
 #!/bin/sh
 # Whole-process start-up of `subagent-supervisor sandbox --preset explore -- /bin/true` against
-# bwrap's nearest equivalent (issue 19): wall time of each command from fork to reap, the variants
+# bwrap's nearest equivalent (issues 19 and 34): wall time of each command from fork to reap and the
+# CPU of its whole process tree (user + system, as wait4 reports it), the variants
 # interleaved in one loop so that machine noise hits them alike, medians of N runs (default 30).
 # Not a test: nothing here asserts a time. Run it as the user the numbers are for (root here).
 #
@@ -20,8 +21,8 @@ command -v bwrap >/dev/null || { echo "sandbox_cmd.sh: bwrap is not installed (a
 export SUBAGENT_POLICY_DIR
 ws=$(mktemp -d)
 trap 'rm -rf "$ws"' EXIT
-exec python3 - "$n" "$ws" "$@" <<'EOF'
-import statistics, subprocess, sys, time
+python3 - "$n" "$ws" "$@" <<'EOF'
+import os, statistics, subprocess, sys, time
 
 n, ws, sups = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
@@ -33,25 +34,65 @@ def load():
     with open("/proc/loadavg") as f:
         return f.read().strip()
 
-def once(cmd):
+# CPU of the whole process tree. wait4's rusage counts only the descendants that were reaped up
+# the chain, and bwrap's outer process exits once its pid 1 has reported the status, before that
+# pid 1 is reaped: bwrap's pid 1 and the command it ran are never counted there (strace -f shows
+# the outer exit_group before the inner one). A cpuacct cgroup (cgroup v1, as root) per run counts
+# every task that ran in it, reaped or not; the supervisor moves its child into the cpu, memory and
+# pids hierarchies only, so its whole tree stays in this one.
+ACCT = "/sys/fs/cgroup/cpuacct"
+acct = None
+if os.geteuid() == 0 and os.path.isfile(os.path.join(ACCT, "cpuacct.usage")):
+    acct = os.path.join(ACCT, "subagent-sandbox-cmd-%d" % os.getpid())
+    os.mkdir(acct)
+print("CPU: " + ("a cpuacct cgroup per run (every task of the tree)" if acct else
+                 "wait4's rusage (no cpuacct cgroup here: bwrap's pid 1 and its command are NOT counted)"))
+
+def once(cmd, in_acct):
+    # Wall time from fork to reap (a run outside the cgroup: moving a task into one costs the
+    # kernel a wait of its own), or the CPU as above.
+    def enter():
+        with open(os.path.join(acct, "cgroup.procs"), "w") as f:
+            f.write("0")
+    before = int(open(os.path.join(acct, "cpuacct.usage")).read()) if in_acct else 0
     t = time.perf_counter()
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=enter if in_acct else None)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t
-    if r.returncode != 0:
-        sys.exit("%s exited %d: %s" % (" ".join(cmd), r.returncode, r.stderr.decode(errors="replace")))
-    return dt * 1000
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit("%s exited %d: %s" % (" ".join(cmd), p.returncode, err.decode(errors="replace")))
+    if not in_acct:
+        return dt * 1000, (ru.ru_utime + ru.ru_stime) * 1000
+    for _ in range(1000):  # an orphaned pid 1 still exiting
+        if not open(os.path.join(acct, "cgroup.procs")).read().strip():
+            break
+        time.sleep(0.001)
+    return dt * 1000, (int(open(os.path.join(acct, "cpuacct.usage")).read()) - before) / 1e6
 
 print("load at start: " + load())
 for _, cmd in variants:  # warm the page cache once
-    once(cmd)
+    once(cmd, False)
 times = {name: [] for name, _ in variants}
-for _ in range(n):
-    for name, cmd in variants:
-        times[name].append(once(cmd))
+cpus = {name: [] for name, _ in variants}
+for i in range(n):
+    # the order rotates, so that no variant always runs right after the same one
+    for name, cmd in variants[i % len(variants):] + variants[:i % len(variants)]:
+        wall, cpu = once(cmd, False)
+        times[name].append(wall)
+        if acct:
+            cpu = once(cmd, True)[1]
+        cpus[name].append(cpu)
 base = statistics.median(times["bwrap"])
+base_cpu = statistics.median(cpus["bwrap"])
 for name, _ in variants:
     m = statistics.median(times[name])
-    print("%-60s median %7.2f ms  (min %6.2f, max %6.2f)  %.2fx bwrap" %
-          (name, m, min(times[name]), max(times[name]), m / base))
+    c = statistics.median(cpus[name])
+    print("%-48s wall median %6.2f ms (min %6.2f, max %6.2f) %.2fx bwrap; CPU median %6.2f ms %.2fx bwrap" %
+          (name, m, min(times[name]), max(times[name]), m / base, c, c / base_cpu))
 print("load at end:   " + load())
+if acct:
+    os.rmdir(acct)
 EOF

@@ -1,9 +1,11 @@
 #include "sandbox/workspace_guard.hpp"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -65,7 +68,7 @@ bool within(const fs::path& dir, const fs::path& top) {
 // Strictly beneath (within() also holds for the directory itself: its relative path is ".").
 bool below(const fs::path& dir, const fs::path& top) { return dir != top && within(dir, top); }
 
-std::vector<fs::path> home_directories() {
+std::vector<fs::path> read_home_directories() {
   std::vector<fs::path> homes;
   auto add = [&](const char* h) {
     if (!h || h[0] != '/') return;
@@ -87,6 +90,25 @@ std::vector<fs::path> home_directories() {
   return homes;
 }
 
+// The caller's home directories, kept for a second as current_secrets() keeps its list (getpwuid_r
+// reads /etc/passwd, and a launch checks each of its write roots).
+std::shared_ptr<const std::vector<fs::path>> home_directories() {
+  static std::mutex mutex;
+  static std::shared_ptr<const std::vector<fs::path>> cached;
+  static std::string cached_key;
+  static std::chrono::steady_clock::time_point made;
+  const char* h = std::getenv("HOME");
+  std::string key = std::to_string(::getuid()) + '\0' + (h ? h : "");
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex);
+  if (!cached || key != cached_key || now - made > std::chrono::seconds(1)) {
+    cached = std::make_shared<const std::vector<fs::path>>(read_home_directories());
+    cached_key = std::move(key);
+    made = now;
+  }
+  return cached;
+}
+
 // Credentials and keys beneath a home directory (relative to it). A directory is refused when it is
 // one of them, lies inside one, or holds one while itself lying below the home directory (~/.config
 // holds ~/.config/gh; ~/.cargo holds ~/.cargo/credentials.toml).
@@ -104,11 +126,31 @@ constexpr std::array<std::string_view, 27> kSecrets = {
 // reads and writes, are not. The state directory itself is refused (and its ancestors below a home).
 constexpr std::array<std::string_view, 2> kStateSecrets = {"transcripts", "supervisors"};
 
+// A lexically normal path as a string without a trailing separator ("/" stays "/"): what the
+// credential checks compare. Normal absolute paths have no "." or ".." components and no repeated
+// separators, so "is or lies beneath" is a prefix ending at a separator.
+std::string key_of(const fs::path& normal) {
+  std::string s = normal.native();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+bool within_key(std::string_view d, std::string_view t) {
+  if (t.empty() || d.size() < t.size() || d.compare(0, t.size(), t) != 0) return false;
+  return d.size() == t.size() || t.back() == '/' || d[t.size()] == '/';
+}
+
+bool below_key(std::string_view d, std::string_view t) { return d.size() != t.size() && within_key(d, t); }
+
+// One credential path, as key_of() strings: a launch checks each of its roots against every
+// home's few dozen entries, and comparing std::filesystem paths component by component (and
+// building a few of them per entry) was most of the `sandbox` command's own CPU (bench/README.md,
+// "the whole command against bwrap").
 struct Secret {
-  fs::path lexical;     // as named (home + entry), for the ancestor rule
-  fs::path canonical;   // symlinks resolved (the same when it does not exist)
-  fs::path home;        // the home it lies in ("" for one named by the environment outside every home)
-  bool holder = false;  // refused itself and as an ancestor, not what lies inside (the state directory)
+  std::string lexical;    // as named (home + entry), for the ancestor rule
+  std::string canonical;  // symlinks resolved (the same when it does not exist)
+  std::string home;       // the home it lies in ("" for one named by the environment outside every home)
+  bool holder = false;    // refused itself and as an ancestor, not what lies inside (the state directory)
 };
 
 // Symlinks resolved. Most entries do not exist: one lstat settles those (their home is canonical
@@ -147,19 +189,63 @@ std::vector<fs::path> every_home() {
   return homes;
 }
 
+// The first components of kSecrets' entries and of the state directory's path ("/.local/...").
+// One fstatat of each in a home (a lookup of one name, where the lstat of a whole path walks it
+// again from /) tells which entries can exist there at all; system accounts' homes (/usr/sbin,
+// /bin, /var/mail) have none of them. Listing a home instead cost more: ext4 sorts a large
+// directory's entries to list them.
+std::vector<std::string_view> first_components() {
+  std::vector<std::string_view> out;
+  auto add = [&](std::string_view entry) {
+    entry = entry.substr(0, entry.find('/'));
+    if (std::find(out.begin(), out.end(), entry) == out.end()) out.push_back(entry);
+  };
+  for (std::string_view s : kSecrets) add(s);
+  add(".local");
+  return out;
+}
+
+// The first components present in `home`, or nothing when it cannot be opened (then every entry
+// is looked up whole, as resolved() does).
+std::optional<std::vector<std::string_view>> present_in(const fs::path& home) {
+  static const std::vector<std::string_view> firsts = first_components();
+  const int dirfd = ::open(home.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0) return std::nullopt;
+  std::vector<std::string_view> present;
+  for (std::string_view name : firsts) {
+    struct stat st {};
+    const std::string z(name);
+    if (::fstatat(dirfd, z.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) present.push_back(name);
+  }
+  ::close(dirfd);
+  return present;
+}
+
 std::vector<Secret> secrets() {
   std::vector<Secret> out;
-  auto add = [&](const fs::path& lexical, const fs::path& home, bool holder) {
-    out.push_back({lexical.lexically_normal(), resolved(lexical), home, holder});
+  // `absent`: the entry's first component is not in its home, so it does not exist and its
+  // resolved form is its lexical one (what resolved() returns after a failed lstat); a home is
+  // canonical and the entries normal relative paths, so their join is normal already.
+  auto add = [&](const fs::path& lexical, const fs::path& home, bool holder, bool absent = false) {
+    Secret s;
+    s.lexical = key_of(absent ? lexical : lexical.lexically_normal());
+    s.canonical = absent ? s.lexical : key_of(resolved(lexical));
+    s.home = home.empty() ? std::string() : key_of(home.lexically_normal());
+    s.holder = holder;
+    out.push_back(std::move(s));
   };
-  auto add_state = [&](const fs::path& state, const fs::path& home) {
-    add(state, home, true);
-    for (std::string_view s : kStateSecrets) add(state / s, home, false);
+  auto add_state = [&](const fs::path& state, const fs::path& home, bool absent = false) {
+    add(state, home, true, absent);
+    for (std::string_view s : kStateSecrets) add(state / s, home, false, absent);
   };
   const std::vector<fs::path> homes = every_home();
   for (const fs::path& home : homes) {
-    for (std::string_view s : kSecrets) add(home / s, home, false);
-    add_state(home / ".local/state/subagent-supervisor", home);
+    const auto present = present_in(home);
+    auto absent = [&](std::string_view entry) {
+      return present && std::find(present->begin(), present->end(), entry.substr(0, entry.find('/'))) == present->end();
+    };
+    for (std::string_view s : kSecrets) add(home / s, home, false, absent(s));
+    add_state(home / ".local/state/subagent-supervisor", home, absent(".local"));
   }
   // What the environment points the supervisor at instead (models.json, state_dir).
   auto home_of = [&](const fs::path& p) {
@@ -206,18 +292,18 @@ static std::shared_ptr<const std::vector<Secret>> current_secrets() {
 }
 
 std::string credential_reason(const fs::path& dir) {
-  fs::path d = dir.lexically_normal();
-  if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
+  // Every secret is absolute and normal; a relative `dir` matches none of them, as before.
+  const std::string d = key_of(dir.lexically_normal());
   const auto list = current_secrets();
   for (const Secret& s : *list) {
-    for (const fs::path& p : {s.canonical, s.lexical}) {
-      if (d == p) return "it is " + p.string() + ", where credentials or the supervisor's own state are kept";
-      if (!s.holder && below(d, p))
-        return "it lies inside " + p.string() + ", where credentials or the supervisor's own state are kept";
+    for (const std::string* p : {&s.canonical, &s.lexical}) {
+      if (d == *p) return "it is " + *p + ", where credentials or the supervisor's own state are kept";
+      if (!s.holder && below_key(d, *p))
+        return "it lies inside " + *p + ", where credentials or the supervisor's own state are kept";
     }
     // Ancestors below the home directory (the home itself and above are the rules above).
-    if (!s.home.empty() && below(d, s.home) && (below(s.lexical, d) || below(s.canonical, d)))
-      return "it holds " + s.lexical.string() + ", where credentials or the supervisor's own state are kept";
+    if (!s.home.empty() && below_key(d, s.home) && (below_key(s.lexical, d) || below_key(s.canonical, d)))
+      return "it holds " + s.lexical + ", where credentials or the supervisor's own state are kept";
   }
   return {};
 }
@@ -226,7 +312,8 @@ std::string unsafe_workspace_reason(const fs::path& dir) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename() && d != d.root_path()) d = d.parent_path();  // "/tmp/" is "/tmp"
   if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
-  for (const fs::path& home : home_directories()) {
+  const auto homes = home_directories();  // held: the cache may be replaced meanwhile
+  for (const fs::path& home : *homes) {
     if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
     if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
   }
@@ -246,7 +333,8 @@ std::string unsafe_root_reason(const fs::path& dir, RootKind kind) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
   if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
-  for (const fs::path& home : home_directories()) {  // a project directory inside it is fine
+  const auto homes = home_directories();  // held: the cache may be replaced meanwhile
+  for (const fs::path& home : *homes) {   // a project directory inside it is fine
     if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
     if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
   }

@@ -269,6 +269,29 @@ TEST_CASE("credential directories, their ancestors below the home and the superv
   CHECK_NOTHROW(sandbox::check_workspace(elsewhere.path(), "workspace"));
 }
 
+TEST_CASE("a state directory named with a trailing separator is refused as itself and what it keeps") {
+  // The comparison is of normal paths without a trailing separator: "/x/state/" names "/x/state".
+  // Not made yet (a policy's literal root is checked whether or not it exists): nothing resolves it.
+  test::TempDir dir;
+  const fs::path state = fs::canonical(dir.path()) / "state";
+  struct StateEnv {
+    std::string old;
+    bool had = false;
+    explicit StateEnv(const std::string& v) {
+      if (const char* o = std::getenv("SUBAGENT_STATE_DIR")) old = o, had = true;
+      ::setenv("SUBAGENT_STATE_DIR", v.c_str(), 1);
+    }
+    ~StateEnv() { had ? ::setenv("SUBAGENT_STATE_DIR", old.c_str(), 1) : ::unsetenv("SUBAGENT_STATE_DIR"); }
+  } env(state.string() + "/");
+  CHECK(sandbox::credential_reason(state).find("it is " + state.string() + ",") != std::string::npos);
+  CHECK(sandbox::credential_reason(state.string() + "/").find("it is " + state.string() + ",") != std::string::npos);
+  CHECK(sandbox::credential_reason(state / "transcripts").find("it is " + (state / "transcripts").string()) !=
+        std::string::npos);
+  // The twins: beside it and the worktrees kept in it are not refused.
+  CHECK(sandbox::credential_reason(dir.path() / "project").empty());
+  CHECK(sandbox::credential_reason(state / "worktrees/ab").empty());
+}
+
 TEST_CASE("run and sandbox refuse a credential directory as the workspace; the flag and a project beside it work") {
   FakeHome h;
   const std::string demo = "replay:" + test::source("examples/explore-demo.jsonl").string();
