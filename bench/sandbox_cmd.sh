@@ -22,7 +22,7 @@ export SUBAGENT_POLICY_DIR
 ws=$(mktemp -d)
 trap 'rm -rf "$ws"' EXIT
 python3 - "$n" "$ws" "$@" <<'EOF'
-import os, statistics, subprocess, sys, time
+import atexit, os, statistics, subprocess, sys, time
 
 n, ws, sups = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
@@ -45,6 +45,17 @@ acct = None
 if os.geteuid() == 0 and os.path.isfile(os.path.join(ACCT, "cpuacct.usage")):
     acct = os.path.join(ACCT, "subagent-sandbox-cmd-%d" % os.getpid())
     os.mkdir(acct)
+
+    def remove_acct():  # also after a failed run (sys.exit): once what ran in it has exited
+        for _ in range(5000):
+            if not open(os.path.join(acct, "cgroup.procs")).read().strip():
+                break
+            time.sleep(0.001)
+        try:
+            os.rmdir(acct)
+        except OSError as e:
+            print("sandbox_cmd.sh: could not remove %s: %s" % (acct, e), file=sys.stderr)
+    atexit.register(remove_acct)
 print("CPU: " + ("a cpuacct cgroup per run (every task of the tree)" if acct else
                  "wait4's rusage (no cpuacct cgroup here: bwrap's pid 1 and its command are NOT counted)"))
 
@@ -93,6 +104,4 @@ for name, _ in variants:
     print("%-48s wall median %6.2f ms (min %6.2f, max %6.2f) %.2fx bwrap; CPU median %6.2f ms %.2fx bwrap" %
           (name, m, min(times[name]), max(times[name]), m / base, c, c / base_cpu))
 print("load at end:   " + load())
-if acct:
-    os.rmdir(acct)
 EOF

@@ -68,7 +68,40 @@ bool within(const fs::path& dir, const fs::path& top) {
 // Strictly beneath (within() also holds for the directory itself: its relative path is ".").
 bool below(const fs::path& dir, const fs::path& top) { return dir != top && within(dir, top); }
 
-std::vector<fs::path> read_home_directories() {
+// The caller's home directory as /etc/passwd (or another NSS source) names it. getpwuid_r, not
+// getpwuid: this runs on the loop (Hub::spawn) and on the offload pool (prepare) at once, and
+// getpwuid's result lives in one static buffer.
+std::string passwd_home() {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  const long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);  // glibc: 1024; -1 when it has no bound
+  std::vector<char> buf(hint > 0 ? static_cast<std::size_t>(hint) : 1024);
+  int rc;
+  while ((rc = ::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 20))
+    buf.resize(buf.size() * 2);
+  return rc == 0 && found && pw.pw_dir ? std::string(pw.pw_dir) : std::string();
+}
+
+// The caller's home directories ($HOME and the passwd entry), symlinks resolved at each call (a
+// home relinked elsewhere counts at once). Only the passwd lookup, which reads /etc/passwd, is
+// kept for a second, as current_secrets() keeps its list: a launch checks each of its write roots.
+std::vector<fs::path> home_directories() {
+  static std::mutex mutex;
+  static std::string cached;
+  static uid_t cached_uid = static_cast<uid_t>(-1);
+  static std::chrono::steady_clock::time_point made;
+  const uid_t uid = ::getuid();
+  const auto now = std::chrono::steady_clock::now();
+  std::string from_passwd;
+  {
+    std::lock_guard lock(mutex);
+    if (uid != cached_uid || now - made > std::chrono::seconds(1)) {
+      cached = passwd_home();
+      cached_uid = uid;
+      made = now;
+    }
+    from_passwd = cached;
+  }
   std::vector<fs::path> homes;
   auto add = [&](const char* h) {
     if (!h || h[0] != '/') return;
@@ -77,36 +110,8 @@ std::vector<fs::path> read_home_directories() {
     if (!ec) homes.push_back(p);
   };
   add(std::getenv("HOME"));
-  // getpwuid_r, not getpwuid: this runs on the loop (Hub::spawn) and on the offload pool (prepare)
-  // at once, and getpwuid's result lives in one static buffer.
-  struct passwd pw {};
-  struct passwd* found = nullptr;
-  const long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);  // glibc: 1024; -1 when it has no bound
-  std::vector<char> buf(hint > 0 ? static_cast<std::size_t>(hint) : 1024);
-  int rc;
-  while ((rc = ::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 20))
-    buf.resize(buf.size() * 2);
-  if (rc == 0 && found) add(pw.pw_dir);
+  add(from_passwd.c_str());
   return homes;
-}
-
-// The caller's home directories, kept for a second as current_secrets() keeps its list (getpwuid_r
-// reads /etc/passwd, and a launch checks each of its write roots).
-std::shared_ptr<const std::vector<fs::path>> home_directories() {
-  static std::mutex mutex;
-  static std::shared_ptr<const std::vector<fs::path>> cached;
-  static std::string cached_key;
-  static std::chrono::steady_clock::time_point made;
-  const char* h = std::getenv("HOME");
-  std::string key = std::to_string(::getuid()) + '\0' + (h ? h : "");
-  const auto now = std::chrono::steady_clock::now();
-  std::lock_guard lock(mutex);
-  if (!cached || key != cached_key || now - made > std::chrono::seconds(1)) {
-    cached = std::make_shared<const std::vector<fs::path>>(read_home_directories());
-    cached_key = std::move(key);
-    made = now;
-  }
-  return cached;
 }
 
 // Credentials and keys beneath a home directory (relative to it). A directory is refused when it is
@@ -153,8 +158,8 @@ struct Secret {
   bool holder = false;    // refused itself and as an ancestor, not what lies inside (the state directory)
 };
 
-// Symlinks resolved. Most entries do not exist: one lstat settles those (their home is canonical
-// already), so a check costs about one system call per entry.
+// Symlinks resolved. One lstat settles an entry that does not exist; secrets() calls this only for
+// entries whose first component is present in their home (see present_in).
 fs::path resolved(const fs::path& p) {
   struct stat st {};
   if (::lstat(p.c_str(), &st) != 0) return p.lexically_normal();
@@ -312,8 +317,7 @@ std::string unsafe_workspace_reason(const fs::path& dir) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename() && d != d.root_path()) d = d.parent_path();  // "/tmp/" is "/tmp"
   if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
-  const auto homes = home_directories();  // held: the cache may be replaced meanwhile
-  for (const fs::path& home : *homes) {
+  for (const fs::path& home : home_directories()) {
     if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
     if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
   }
@@ -333,8 +337,7 @@ std::string unsafe_root_reason(const fs::path& dir, RootKind kind) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename() && d != d.root_path()) d = d.parent_path();
   if (d == fs::path("/")) return "it is the root directory: every file on the host lies beneath it";
-  const auto homes = home_directories();  // held: the cache may be replaced meanwhile
-  for (const fs::path& home : *homes) {   // a project directory inside it is fine
+  for (const fs::path& home : home_directories()) {  // a project directory inside it is fine
     if (d == home) return "it is the home directory of uid " + std::to_string(::getuid()) + " itself";
     if (within(home, d)) return "the home directory " + home.string() + " lies beneath it";
   }

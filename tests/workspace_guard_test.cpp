@@ -271,6 +271,8 @@ TEST_CASE("credential directories, their ancestors below the home and the superv
 
 TEST_CASE("a state directory named with a trailing separator is refused as itself and what it keeps") {
   // The comparison is of normal paths without a trailing separator: "/x/state/" names "/x/state".
+  // Before, a state directory outside every home, not made yet and named with a trailing separator,
+  // was not refused as itself (the first two checks failed); below a home its ancestor rule held.
   // Not made yet (a policy's literal root is checked whether or not it exists): nothing resolves it.
   test::TempDir dir;
   const fs::path state = fs::canonical(dir.path()) / "state";
@@ -287,9 +289,30 @@ TEST_CASE("a state directory named with a trailing separator is refused as itsel
   CHECK(sandbox::credential_reason(state.string() + "/").find("it is " + state.string() + ",") != std::string::npos);
   CHECK(sandbox::credential_reason(state / "transcripts").find("it is " + (state / "transcripts").string()) !=
         std::string::npos);
+  CHECK(sandbox::credential_reason(state / "supervisors/x").find("lies inside " + (state / "supervisors").string()) !=
+        std::string::npos);
   // The twins: beside it and the worktrees kept in it are not refused.
   CHECK(sandbox::credential_reason(dir.path() / "project").empty());
   CHECK(sandbox::credential_reason(state / "worktrees/ab").empty());
+}
+
+TEST_CASE("a home directory relinked elsewhere is refused at its new place at once") {
+  // Only the passwd lookup is kept for a second: $HOME's target is resolved at every check.
+  test::TempDir dir;
+  fs::create_directories(dir.path() / "a/project");
+  fs::create_directories(dir.path() / "b/project");
+  const fs::path link = dir.path() / "home-link";
+  fs::create_directory_symlink(dir.path() / "a", link);
+  HomeEnv env(link);
+  const fs::path a = fs::canonical(dir.path() / "a"), b = fs::canonical(dir.path() / "b");
+  CHECK(sandbox::unsafe_workspace_reason(a).find("home directory") != std::string::npos);
+  CHECK(sandbox::unsafe_workspace_reason(b).empty());
+  fs::remove(link);
+  fs::create_directory_symlink(dir.path() / "b", link);
+  CHECK(sandbox::unsafe_workspace_reason(b).find("home directory") != std::string::npos);
+  CHECK(sandbox::unsafe_workspace_reason(a).empty());
+  // The twin: a project inside the home is fine wherever the home lies.
+  CHECK(sandbox::unsafe_workspace_reason(b / "project").empty());
 }
 
 TEST_CASE("run and sandbox refuse a credential directory as the workspace; the flag and a project beside it work") {

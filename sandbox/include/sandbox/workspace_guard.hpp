@@ -44,7 +44,9 @@ std::string unsafe_workspace_reason(const std::filesystem::path& dir);
 // (~/.local/state/subagent-supervisor, $XDG_STATE_HOME/subagent-supervisor, $SUBAGENT_STATE_DIR).
 // The state directory itself is refused (and its ancestors below a home) but not its worktrees/,
 // where implementation children work, nor patches/, which the sandboxed git of `apply` uses. Both the path as named and
-// its target (symlinks resolved) count. Reads /etc/passwd on each call; thread-safe.
+// its target (symlinks resolved) count. The list (every home in /etc/passwd, its entries resolved) is
+// built again when a second has passed or the variables above change, so a credential directory
+// made or linked meanwhile counts within that second; thread-safe.
 std::string credential_reason(const std::filesystem::path& dir);
 
 // Why `dir` is too much to grant a child as a root of the given kind, or "" when it is not.
