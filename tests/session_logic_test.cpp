@@ -53,6 +53,8 @@ struct Spec {
   std::string preset = "explore";
   Approver approver;
   std::function<std::function<void()>()> wait_recorded;  // SessionConfig::wait_recorded
+  std::size_t read_rate = SessionConfig{}.read_rate;     // SessionConfig::read_rate, read_burst
+  std::size_t read_burst = SessionConfig{}.read_burst;
 };
 
 // The session of the run in progress, for a script that acts on it (a cancel at a chosen moment),
@@ -80,6 +82,8 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   cfg.child_executable = "/nonexistent/in-process";  // never executed: the runtime runs a script
   cfg.handshake_timeout = s.handshake;
   cfg.exit_grace = s.exit_grace;
+  cfg.read_rate = s.read_rate;
+  cfg.read_burst = s.read_burst;
   cfg.runtime = runtime;
   Result out;
   cfg.on_event = [&](const json& e) { out.events.push_back(e); };
@@ -534,6 +538,77 @@ TEST_CASE("a long line the child writes in pieces, with pauses, arrives whole an
     CHECK(r.env.status == Status::completed);
     CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow"});
     check_long_grep_whole(r, pattern);
+  }
+}
+
+TEST_CASE("long lines faster than the read rate are taken more slowly, in order and whole; no rate, no pause") {
+  // Four tool requests of 100 KiB at 1 MiB/s after a 64 KiB burst: the session stops reading the
+  // child between them. The twin without a rate never pauses. Both see every request, in order.
+  for (const std::size_t rate : {std::size_t{1} << 20, std::size_t{0}}) {
+    CAPTURE(rate);
+    auto decided = std::make_shared<std::vector<std::string>>();
+    Spec s;
+    s.read_rate = rate;
+    s.read_burst = 64 * 1024;
+    const std::string pattern = varied(100 * 1024);
+    s.script = hello_then([pattern, decided](ScriptedChild& child) {
+      std::string lines;
+      for (int i = 1; i <= 4; ++i)
+        lines += proto::encode_line(proto::ToolRequest{"t" + std::to_string(i), "grep", json{{"pattern", pattern}}});
+      child.send_raw(lines);
+      child.on_message([&child, decided](const proto::SupervisorMessage& m) {
+        if (const auto* d = std::get_if<proto::ToolDecision>(&m)) {
+          decided->push_back(d->id + (d->allow ? ":allow" : ":deny"));
+          child.send(proto::ToolDone{d->id, true, 1, {}});
+          if (decided->size() < 4) return;
+          child.send(proto::Final{"all ran", "all four", json::object()});
+          child.exit(0);
+        }
+      });
+    });
+    std::size_t pauses = 0;
+    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
+    auto r = run(s);
+    CHECK(r.env.status == Status::completed);
+    CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow", "t3:allow", "t4:allow"});
+    std::size_t whole = 0;
+    for (const auto& e : r.events)
+      if (e["event"] == "tool_decision" && e["args"]["pattern"] == pattern) ++whole;
+    CHECK(whole == 4);
+    if (rate)
+      CHECK(pauses >= 2);
+    else
+      CHECK(pauses == 0);
+  }
+}
+
+TEST_CASE("a child that exits while its reading is paused by the rate loses nothing: its pipe is read at once") {
+  // At 1 KiB/s the pause after a 100 KiB line would outlast the test. The child waits for the
+  // decision on the request it sent after that line (so the pause has begun), then sends its
+  // tool_done and final and exits: its exit ends the pause, and what is in its pipe is read
+  // before the drain timer's 200 ms. Twin: the same child with no rate.
+  for (const std::size_t rate : {std::size_t{1024}, std::size_t{0}}) {
+    CAPTURE(rate);
+    Spec s;
+    s.read_rate = rate;
+    s.read_burst = 1024;
+    s.script = hello_then([](ScriptedChild& child) {
+      child.send_raw(proto::encode_line(proto::Log{"info", varied(100 * 1024)}) +
+                     proto::encode_line(proto::ToolRequest{"t1", "grep", json{{"pattern", "x"}}}));
+      child.on_message([&child](const proto::SupervisorMessage& m) {
+        if (!std::holds_alternative<proto::ToolDecision>(m)) return;
+        child.send(proto::ToolDone{"t1", true, 1, {}});
+        child.send(proto::Final{"said it all", "the last word", json::object()});
+        child.exit(0);
+      });
+    });
+    std::size_t pauses = 0;
+    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
+    auto r = run(s);
+    CHECK(r.env.status == Status::completed);
+    CHECK(r.env.answer.text == "the last word");
+    CHECK(r.count("tool_done") == 1);
+    CHECK(pauses == (rate ? 1u : 0u));
   }
 }
 

@@ -48,6 +48,9 @@ ChildSession::ChildSession(asio::io_context& io, SessionConfig cfg, std::unique_
       from_child_(io),
       child_err_(io),
       reader_(cfg_.max_line),
+      read_tokens_(static_cast<double>(cfg_.read_burst)),
+      read_filled_(std::chrono::steady_clock::now()),
+      rate_timer_(io),
       deadline_(io),
       grace_(io),
       handshake_(io),
@@ -356,6 +359,7 @@ void ChildSession::finish() {
   disk_timer_.cancel();
   for (auto& [id, pending] : approvals_) pending->timer.cancel();  // a late answer finds the session done
   drain_timer_.cancel();
+  rate_timer_.cancel();
   to_child_.close(ignored);
   provider_->cancel();
 

@@ -36,6 +36,7 @@ void ChildSession::on_readable(boost::system::error_code ec) {
       });
       return;
     }
+    if (over_read_rate()) return;  // rate_timer_ reads on
     const ssize_t n = ::read(fd, read_buf_.data(), read_buf_.size());
     if (n > 0) {
       taken += static_cast<std::size_t>(n);
@@ -54,6 +55,48 @@ void ChildSession::on_readable(boost::system::error_code ec) {
     return on_read_end(boost::system::error_code(errno, boost::system::system_category()));
   }
   do_read();
+}
+
+void ChildSession::charge_read_rate(std::size_t bytes, const proto::Decoded<proto::ChildMessage>& decoded) {
+  // Model requests are not counted: the model paces them (one at a time, each answered when the
+  // provider is done) and the token budget bounds them, and they carry the whole conversation,
+  // so a long session's are large. What is counted comes from the model's output (tool arguments)
+  // or the child's own bookkeeping (tool_done, logs), far below the rate in any honest run.
+  // Nor are short lines: their cost is per message (a read, a decision, a write), which the
+  // one-read-per-turn rule shares out, and a fast tool loop of small requests is honest work.
+  if (bytes < kRateChargedLine) return;
+  if (decoded && std::holds_alternative<proto::ModelRequest>(*decoded.message)) return;
+  read_tokens_ -= static_cast<double>(bytes);
+}
+
+bool ChildSession::over_read_rate() {
+  // An exited child's pipe is drained at once (its drain timer bounds the wait for it).
+  if (cfg_.read_rate == 0 || exited_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  const double rate = static_cast<double>(cfg_.read_rate);
+  read_tokens_ = std::min(static_cast<double>(cfg_.read_burst),
+                          read_tokens_ + rate * std::chrono::duration<double>(now - read_filled_).count());
+  read_filled_ = now;
+  if (read_tokens_ > 0) return false;
+  rate_paused_ = true;
+  ++rate_pauses_;
+  rate_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>((kResumeBytes - read_tokens_) / rate)));
+  rate_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || !self->rate_paused_) return;
+    self->resume_after_rate();
+  });
+  return true;
+}
+
+void ChildSession::resume_after_rate() {
+  rate_paused_ = false;
+  if (state_ == State::done || stdout_eof_ || !from_child_.is_open()) return;
+  if (intake_busy_) {  // a long line is being decoded: on_intake_done() reads on
+    read_paused_ = true;
+    return;
+  }
+  on_readable({});
 }
 
 void ChildSession::consume(std::string_view chunk) {
@@ -75,6 +118,7 @@ void ChildSession::handle_frames() {
 
 void ChildSession::offload_frame(proto::Frame& f) {
   intake_busy_ = true;
+  const std::size_t size = f.line.size();
   struct Intake {
     proto::Decoded<proto::ChildMessage> decoded;
     std::optional<json> args_scrubbed;
@@ -91,8 +135,9 @@ void ChildSession::offload_frame(proto::Frame& f) {
             in.args_scrubbed = scrubber->scrub_json(req->args);
         return in;
       },
-      [self = shared_from_this()](Outcome<Intake> r) {
+      [self = shared_from_this(), size](Outcome<Intake> r) {
         self->intake_busy_ = false;
+        if (r) self->charge_read_rate(size, r.value->decoded);
         if (self->state_ != State::finishing && self->state_ != State::done) {
           if (!r) {
             self->fail(proto::Status::failed, "the supervisor could not decode a line of the child's: " + r.error);
@@ -161,6 +206,7 @@ void ChildSession::handle_frame(proto::Frame& f) {
   if (f.line.empty()) return;  // blank lines are allowed and ignored
   if (f.line.size() >= kOffloadLine) return offload_frame(f);
   auto decoded = proto::decode_child_message(f.line);
+  charge_read_rate(f.line.size(), decoded);
   handle_decoded(decoded);
 }
 
@@ -235,6 +281,10 @@ void ChildSession::on_end(const ChildEnd& end) {
   if (end.state == RuntimeState::lost && !final_)
     fail(proto::Status::failed,
          "the child was lost by its runtime (" + std::string(runtime_->name()) + "): " + end.detail);
+  if (rate_paused_) {  // what the child left in its pipe is read now, at any rate
+    rate_timer_.cancel();
+    resume_after_rate();
+  }
   if (!stdout_eof_) {
     // Give buffered output a moment to drain; a grandchild holding the pipe must not keep us waiting.
     drain_timer_.expires_after(std::chrono::milliseconds(200));

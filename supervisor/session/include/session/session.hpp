@@ -96,6 +96,19 @@ struct SessionConfig {
   std::size_t max_line = protocol::kDefaultMaxLine;
   std::chrono::milliseconds handshake_timeout{10'000};
   std::chrono::milliseconds exit_grace{2'000};  // after `final`, before the child is killed
+  // How fast the child's long lines are taken while it runs: a token bucket of read_burst bytes
+  // that refills at read_rate bytes a second (0: no limit), charged with every line of 4 KiB or
+  // more (ChildSession::kRateChargedLine) but model requests (paced by the model, bounded by the
+  // token budget). Short lines cost per message, not per byte, and are shared out by the
+  // one-read-per-turn rule instead. Once the bucket is empty the child's pipe is not
+  // read until the bucket holds 64 KiB again: what the child sends meanwhile waits there (its
+  // writes block: push-back, nothing dropped), and its deadline keeps running. Every byte costs
+  // the supervisor CPU (read, decoded, scrubbed, recorded): a child flooding tool requests of
+  // 900 KB kept both CPUs busy and made a sibling's round trip p99 30 times longer
+  // (bench/README.md, Stop 49). What is charged comes from the model's output (tool arguments)
+  // or the child's bookkeeping, kilobytes a second in an honest run.
+  std::size_t read_rate = 2u << 20;
+  std::size_t read_burst = 4u << 20;
   std::chrono::milliseconds approval_timeout{300'000};
   Approver approver;  // empty: nobody can answer, so "ask" is denied at once
   std::shared_ptr<BrokeredTools> brokered;
@@ -145,6 +158,9 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   const SessionConfig& config() const noexcept { return cfg_; }
   Progress progress() const;
   bool done() const noexcept { return done_; }
+  // How often the child's output was left unread for a while because it came faster than
+  // SessionConfig::read_rate (for tests and diagnostics).
+  std::size_t read_rate_pauses() const noexcept { return rate_pauses_; }
 
  private:
   enum class State { starting, handshake, running, wrapping_up, finishing, done };
@@ -258,6 +274,18 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   static constexpr std::size_t kReadPerTurn = 65536;
   bool intake_busy_ = false;
   bool read_paused_ = false;  // do_read() is due once the intake is done
+  // The read rate (SessionConfig::read_rate): the bucket, when it was last filled, and the timer
+  // that resumes reading once it holds kResumeBytes again.
+  static constexpr double kResumeBytes = 65536;
+  static constexpr std::size_t kRateChargedLine = 4096;
+  double read_tokens_ = 0;
+  std::chrono::steady_clock::time_point read_filled_{};
+  bool rate_paused_ = false;
+  std::size_t rate_pauses_ = 0;
+  boost::asio::steady_timer rate_timer_;
+  bool over_read_rate();  // refills the bucket; true (and a resume scheduled) when it is empty
+  void resume_after_rate();
+  void charge_read_rate(std::size_t bytes, const protocol::Decoded<protocol::ChildMessage>& decoded);
   std::deque<protocol::Frame> held_frames_;
   std::optional<nlohmann::json> args_scrubbed_;  // the intake's, for the decision's event
   OffloadGroup intake_;
