@@ -582,6 +582,92 @@ TEST_CASE("long lines faster than the read rate are taken more slowly, in order 
   }
 }
 
+TEST_CASE("short log lines count against the read rate; short tool requests do not") {
+  // 300 log lines of 1 KiB at 64 KiB/s after a 16 KiB burst: paused (nothing paces log lines).
+  // The twin: 150 short tool requests, each answered before the next, are never paused.
+  for (const bool logs : {true, false}) {
+    CAPTURE(logs);
+    Spec s;
+    s.read_rate = 64 * 1024;
+    s.read_burst = 16 * 1024;
+    s.script = hello_then([logs](ScriptedChild& child) {
+      if (logs) {
+        std::string lines;
+        for (int i = 0; i < 300; ++i) lines += proto::encode_line(proto::Log{"info", std::string(1024, 'l')});
+        child.send_raw(lines + proto::encode_line(proto::Final{"logged", "logged", json::object()}));
+        child.on_message([&child](const proto::SupervisorMessage&) {});
+        return;
+      }
+      auto n = std::make_shared<int>(0);
+      child.send(proto::ToolRequest{"t0", "grep", json{{"pattern", std::string(1000, 'p')}}});
+      child.on_message([&child, n](const proto::SupervisorMessage& m) {
+        const auto* d = std::get_if<proto::ToolDecision>(&m);
+        if (!d) return;
+        child.send(proto::ToolDone{d->id, true, 1, {}});
+        if (++*n < 150) {  // under explore's tool-call budget
+          child.send(proto::ToolRequest{"t" + std::to_string(*n), "grep", json{{"pattern", std::string(1000, 'p')}}});
+          return;
+        }
+        child.send(proto::Final{"asked", "asked", json::object()});
+      });
+    });
+    std::size_t pauses = 0;
+    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
+    s.exit_grace = std::chrono::milliseconds(100);  // the child never exits on its own: killed after its final
+    auto r = run(s);
+    INFO(r.env.reason);
+    CHECK(r.env.status == Status::completed);
+    if (logs)
+      CHECK(pauses >= 2);
+    else
+      CHECK(pauses == 0);
+  }
+}
+
+TEST_CASE("model requests that start a model call do not count against the read rate; ones refused at once do") {
+  // Both children send long model requests (100 KiB) at 512 KiB/s after a 64 KiB burst. One has a
+  // step budget of 3 and sends three: the model answers each, and it is never paused. The other has
+  // a step budget of 1 and sends six: after its one step and its wrap-up turn, each is refused at
+  // once (budget_exhausted) and counts, so it is paused.
+  for (const int steps : {3, 1}) {
+    CAPTURE(steps);
+    Spec s;
+    s.read_rate = 512 * 1024;
+    s.read_burst = 64 * 1024;
+    s.limits.max_steps = steps;
+    s.replay = std::string("{\"content\":\"one\"}\n{\"content\":\"two\"}\n{\"content\":\"three\"}\n");
+    const std::string filler = varied(100 * 1024);
+    const int requests = steps == 3 ? 3 : 6;  // three model calls; or one, the wrap-up turn, four refused
+    s.script = hello_then([filler, requests](ScriptedChild& child) {
+      auto asked = std::make_shared<int>(0);
+      auto ask = [&child, asked, filler] {
+        ++*asked;
+        child.send(proto::ModelRequest{"m" + std::to_string(*asked),
+                                       json::array({{{"role", "user"}, {"content", filler}}}), json::array(),
+                                       std::nullopt});
+      };
+      ask();
+      child.on_message([&child, asked, ask, requests](const proto::SupervisorMessage& m) {
+        const bool answer =
+            std::holds_alternative<proto::ModelResponse>(m) || std::holds_alternative<proto::ModelError>(m);
+        if (!answer) return;
+        if (*asked < requests) return ask();
+        child.send(proto::Final{"asked", "asked them all", json::object()});
+        child.exit(0);
+      });
+    });
+    std::size_t pauses = 0;
+    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
+    auto r = run(s);
+    CHECK(r.env.answer.text == "asked them all");
+    CHECK(r.count("model_request") == (steps == 3 ? 3u : 2u));  // the calls made
+    if (steps == 3)
+      CHECK(pauses == 0);
+    else
+      CHECK(pauses >= 2);
+  }
+}
+
 TEST_CASE("a child that exits while its reading is paused by the rate loses nothing: its pipe is read at once") {
   // At 1 KiB/s the pause after a 100 KiB line would outlast the test. The child waits for the
   // decision on the request it sent after that line (so the pause has begun), then sends its

@@ -187,6 +187,8 @@ void ChildSession::handle(const proto::ModelRequest& m) {
                                              {"estimated_input_tokens", est_input},
                                              {"thinking_tokens_left", call.max_thinking_tokens},
                                              {"wrap_up_turn", wrap_turn}}));
+  read_tokens_ += model_request_charge_;  // a model call paces this request (session.hpp, read_rate)
+  model_request_charge_ = 0;
   provider_->start(std::move(call),
                    [self = shared_from_this(), id = m.id](ModelReply r) { self->on_model_reply(id, std::move(r)); });
 }

@@ -58,15 +58,19 @@ void ChildSession::on_readable(boost::system::error_code ec) {
 }
 
 void ChildSession::charge_read_rate(std::size_t bytes, const proto::Decoded<proto::ChildMessage>& decoded) {
-  // Model requests are not counted: the model paces them (one at a time, each answered when the
-  // provider is done) and the token budget bounds them, and they carry the whole conversation,
-  // so a long session's are large. What is counted comes from the model's output (tool arguments)
-  // or the child's own bookkeeping (tool_done, logs), far below the rate in any honest run.
-  // Nor are short lines: their cost is per message (a read, a decision, a write), which the
-  // one-read-per-turn rule shares out, and a fast tool loop of small requests is honest work.
-  if (bytes < kRateChargedLine) return;
-  if (decoded && std::holds_alternative<proto::ModelRequest>(*decoded.message)) return;
+  // Short lines are not charged: their cost is per message (a read, a decision, a write), which the
+  // one-read-per-turn rule shares out, and a fast tool loop of small requests is honest work. Log
+  // lines are, at any size: nothing paces them (they need no answer).
+  model_request_charge_ = 0;
+  const bool log = decoded && std::holds_alternative<proto::Log>(*decoded.message);
+  if (bytes < kRateChargedLine && !log) return;
   read_tokens_ -= static_cast<double>(bytes);
+  // A model request that starts a model call gets its charge back (handle(ModelRequest)): the model
+  // paces those and the token budget bounds them, and they carry the whole conversation, so a long
+  // session's are large. One answered at once without a call (after the wrap-up turn, once
+  // cancelled) keeps it: nothing else paces those.
+  if (decoded && std::holds_alternative<proto::ModelRequest>(*decoded.message))
+    model_request_charge_ = static_cast<double>(bytes);
 }
 
 bool ChildSession::over_read_rate() {
@@ -74,14 +78,15 @@ bool ChildSession::over_read_rate() {
   if (cfg_.read_rate == 0 || exited_) return false;
   const auto now = std::chrono::steady_clock::now();
   const double rate = static_cast<double>(cfg_.read_rate);
-  read_tokens_ = std::min(static_cast<double>(cfg_.read_burst),
-                          read_tokens_ + rate * std::chrono::duration<double>(now - read_filled_).count());
+  // A burst of 0 would never let the bucket rise above 0: one byte at least.
+  const double burst = std::max(static_cast<double>(cfg_.read_burst), 1.0);
+  read_tokens_ = std::min(burst, read_tokens_ + rate * std::chrono::duration<double>(now - read_filled_).count());
   read_filled_ = now;
   if (read_tokens_ > 0) return false;
   rate_paused_ = true;
   ++rate_pauses_;
   rate_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>((kResumeBytes - read_tokens_) / rate)));
+      std::chrono::duration<double>((std::min(kResumeBytes, burst) - read_tokens_) / rate)));
   rate_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || !self->rate_paused_) return;
     self->resume_after_rate();

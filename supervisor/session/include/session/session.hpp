@@ -98,9 +98,10 @@ struct SessionConfig {
   std::chrono::milliseconds exit_grace{2'000};  // after `final`, before the child is killed
   // How fast the child's long lines are taken while it runs: a token bucket of read_burst bytes
   // that refills at read_rate bytes a second (0: no limit), charged with every line of 4 KiB or
-  // more (ChildSession::kRateChargedLine) but model requests (paced by the model, bounded by the
-  // token budget). Short lines cost per message, not per byte, and are shared out by the
-  // one-read-per-turn rule instead. Once the bucket is empty the child's pipe is not
+  // more (ChildSession::kRateChargedLine) and every log line, and given back for a model request
+  // that starts a model call (the model paces those, the token budget bounds them). Other short
+  // lines cost per message, not per byte, and are shared out by the one-read-per-turn rule
+  // instead. Once the bucket is empty the child's pipe is not
   // read until the bucket holds 64 KiB again: what the child sends meanwhile waits there (its
   // writes block: push-back, nothing dropped), and its deadline keeps running. Every byte costs
   // the supervisor CPU (read, decoded, scrubbed, recorded): a child flooding tool requests of
@@ -279,6 +280,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   static constexpr double kResumeBytes = 65536;
   static constexpr std::size_t kRateChargedLine = 4096;
   double read_tokens_ = 0;
+  double model_request_charge_ = 0;  // the last line's charge, when it was a model request
   std::chrono::steady_clock::time_point read_filled_{};
   bool rate_paused_ = false;
   std::size_t rate_pauses_ = 0;
