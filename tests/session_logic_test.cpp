@@ -624,6 +624,41 @@ TEST_CASE("short log lines count against the read rate; short tool requests do n
   }
 }
 
+TEST_CASE("blank lines on stdout count against the read rate; on stderr against the log cap") {
+  // 64 KiB of blank stdout lines (charged 64 bytes each: 4 MiB) at 16 MiB/s after a 64 KiB burst:
+  // paused. 2 MiB of blank stderr lines: the log cap (1 MiB, prefixes included) stops them
+  // reaching the parent. The twin: the same child without the blank lines is never paused and
+  // logs nothing.
+  for (const bool blanks : {true, false}) {
+    CAPTURE(blanks);
+    Spec s;
+    s.read_rate = 16 << 20;
+    s.read_burst = 64 * 1024;
+    s.script = hello_then([blanks](ScriptedChild& child) {
+      if (blanks) {
+        child.send_raw(std::string(64 * 1024, '\n'));
+        child.log(std::string((2 << 20) - 1, '\n'));
+      }
+      child.send(proto::Final{"blank", "blank", json::object()});
+      child.exit(0);
+    });
+    std::size_t pauses = 0;
+    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
+    auto r = run(s);
+    CHECK(r.env.status == Status::completed);
+    std::size_t logged = 0;
+    for (const auto& l : r.logs) logged += l.size();
+    if (blanks) {
+      CHECK(pauses >= 1);
+      CHECK(logged <= (1u << 20) + 200);  // the cap, one prefixed line past it, and the notice
+      CHECK(r.logs.back().find("more than 1 MiB of log") != std::string::npos);
+    } else {
+      CHECK(pauses == 0);
+      CHECK(r.logs.empty());
+    }
+  }
+}
+
 TEST_CASE("model requests that start a model call do not count against the read rate; ones refused at once do") {
   // Both children send long model requests (100 KiB) at 512 KiB/s after a 64 KiB burst. One has a
   // step budget of 3 and sends three: the model answers each, and it is never paused. The other has

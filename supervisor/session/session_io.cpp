@@ -208,7 +208,10 @@ void ChildSession::handle_frame(proto::Frame& f) {
     fail(proto::Status::protocol_error, what);
     return;
   }
-  if (f.line.empty()) return;  // blank lines are allowed and ignored
+  if (f.line.empty()) {  // blank lines are allowed and ignored, but not free: one costs a frame
+    read_tokens_ -= kBlankLineCharge;
+    return;
+  }
   if (f.line.size() >= kOffloadLine) return offload_frame(f);
   auto decoded = proto::decode_child_message(f.line);
   charge_read_rate(f.line.size(), decoded);
@@ -261,8 +264,9 @@ void ChildSession::do_read_stderr() {
                              : f.error == proto::FrameError::invalid_utf8 ? "(a line of invalid UTF-8)"
                              : f.error == proto::FrameError::truncated    ? "(an unterminated line)"
                                                                           : "(a line over 4096 bytes, dropped)";
-          self->stderr_logged_ += text.size();
-          self->cfg_.on_log("[subagent:" + self->cfg_.id + "] " + text);
+          std::string line = "[subagent:" + self->cfg_.id + "] " + text;
+          self->stderr_logged_ += line.size();  // the prefix too: a flood of blank lines counts
+          self->cfg_.on_log(line);
           if (self->stderr_logged_ > kMaxLogBytes)
             self->cfg_.on_log("[subagent:" + self->cfg_.id + "] (more than 1 MiB of log; the rest is dropped)");
         }

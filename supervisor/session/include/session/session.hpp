@@ -98,16 +98,17 @@ struct SessionConfig {
   std::chrono::milliseconds exit_grace{2'000};  // after `final`, before the child is killed
   // How fast the child's long lines are taken while it runs: a token bucket of read_burst bytes
   // that refills at read_rate bytes a second (0: no limit), charged with every line of 4 KiB or
-  // more (ChildSession::kRateChargedLine) and every log line, and given back for a model request
-  // that starts a model call (the model paces those, the token budget bounds them). Other short
-  // lines cost per message, not per byte, and are shared out by the one-read-per-turn rule
-  // instead. Once the bucket is empty the child's pipe is not
-  // read until the bucket holds 64 KiB again: what the child sends meanwhile waits there (its
-  // writes block: push-back, nothing dropped), and its deadline keeps running. Every byte costs
-  // the supervisor CPU (read, decoded, scrubbed, recorded): a child flooding tool requests of
-  // 900 KB kept both CPUs busy and made a sibling's round trip p99 30 times longer
-  // (bench/README.md, Stop 49). What is charged comes from the model's output (tool arguments)
-  // or the child's bookkeeping, kilobytes a second in an honest run.
+  // more (ChildSession::kRateChargedLine), every log line and 64 bytes a blank line, and given
+  // back for a model request that starts a model call (the model paces those, the token budget
+  // bounds them). Other short lines (tool requests and tool_done) are bounded by the tool-call
+  // budget and answered one by one; their cost is per message, shared out by the
+  // one-read-per-turn rule. Once the bucket is empty the child's pipe is not read until the
+  // bucket holds 64 KiB again: what the child sends meanwhile waits there (its writes block:
+  // push-back, nothing dropped), and its deadline keeps running. Every byte costs the supervisor
+  // CPU (read, decoded, scrubbed, recorded): a child flooding tool requests of 900 KB kept both
+  // CPUs busy and made a sibling's round trip p99 30 times longer (bench/README.md, Stop 49).
+  // What is charged comes from the model's output (tool arguments) or the child's bookkeeping,
+  // kilobytes a second in an honest run.
   std::size_t read_rate = 2u << 20;
   std::size_t read_burst = 4u << 20;
   std::chrono::milliseconds approval_timeout{300'000};
@@ -279,6 +280,7 @@ class ChildSession : public std::enable_shared_from_this<ChildSession> {
   // that resumes reading once it holds kResumeBytes again.
   static constexpr double kResumeBytes = 65536;
   static constexpr std::size_t kRateChargedLine = 4096;
+  static constexpr double kBlankLineCharge = 64;  // a 64 KiB read of blank lines costs 4 MiB
   double read_tokens_ = 0;
   double model_request_charge_ = 0;  // the last line's charge, when it was a model request
   std::chrono::steady_clock::time_point read_filled_{};
