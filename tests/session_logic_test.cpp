@@ -29,6 +29,7 @@ struct Result {
   std::vector<std::string> logs;
   std::vector<Progress> progress;
   int done_calls = 0;
+  std::size_t read_rate_pauses = 0;  // ChildSession::read_rate_pauses() at the end
 
   std::size_t count(const std::string& event) const {
     return static_cast<std::size_t>(
@@ -106,6 +107,7 @@ Result run(const Spec& s, std::shared_ptr<InProcessRuntime>* runtime_out = nullp
   }
   io.run_for(std::chrono::seconds(30));
   REQUIRE_MESSAGE(out.done_calls == 1, "the session did not finish exactly once");
+  out.read_rate_pauses = session->read_rate_pauses();
   CHECK(runtime->alive() == 0);  // no child outlives its session
   g_session = nullptr;
   g_io = nullptr;
@@ -566,8 +568,6 @@ TEST_CASE("long lines faster than the read rate are taken more slowly, in order 
         }
       });
     });
-    std::size_t pauses = 0;
-    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     CHECK(*decided == std::vector<std::string>{"t1:allow", "t2:allow", "t3:allow", "t4:allow"});
@@ -576,9 +576,9 @@ TEST_CASE("long lines faster than the read rate are taken more slowly, in order 
       if (e["event"] == "tool_decision" && e["args"]["pattern"] == pattern) ++whole;
     CHECK(whole == 4);
     if (rate)
-      CHECK(pauses >= 2);
+      CHECK(r.read_rate_pauses >= 2);
     else
-      CHECK(pauses == 0);
+      CHECK(r.read_rate_pauses == 0);
   }
 }
 
@@ -611,16 +611,14 @@ TEST_CASE("short log lines count against the read rate; short tool requests do n
         child.send(proto::Final{"asked", "asked", json::object()});
       });
     });
-    std::size_t pauses = 0;
-    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
     s.exit_grace = std::chrono::milliseconds(100);  // the child never exits on its own: killed after its final
     auto r = run(s);
     INFO(r.env.reason);
     CHECK(r.env.status == Status::completed);
     if (logs)
-      CHECK(pauses >= 2);
+      CHECK(r.read_rate_pauses >= 2);
     else
-      CHECK(pauses == 0);
+      CHECK(r.read_rate_pauses == 0);
   }
 }
 
@@ -642,18 +640,16 @@ TEST_CASE("blank lines on stdout count against the read rate; on stderr against 
       child.send(proto::Final{"blank", "blank", json::object()});
       child.exit(0);
     });
-    std::size_t pauses = 0;
-    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     std::size_t logged = 0;
     for (const auto& l : r.logs) logged += l.size();
     if (blanks) {
-      CHECK(pauses >= 1);
+      CHECK(r.read_rate_pauses >= 1);
       CHECK(logged <= (1u << 20) + 200);  // the cap, one prefixed line past it, and the notice
       CHECK(r.logs.back().find("more than 1 MiB of log") != std::string::npos);
     } else {
-      CHECK(pauses == 0);
+      CHECK(r.read_rate_pauses == 0);
       CHECK(r.logs.empty());
     }
   }
@@ -691,15 +687,13 @@ TEST_CASE("model requests that start a model call do not count against the read 
         child.exit(0);
       });
     });
-    std::size_t pauses = 0;
-    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
     auto r = run(s);
     CHECK(r.env.answer.text == "asked them all");
     CHECK(r.count("model_request") == (steps == 3 ? 3u : 2u));  // the calls made
     if (steps == 3)
-      CHECK(pauses == 0);
+      CHECK(r.read_rate_pauses == 0);
     else
-      CHECK(pauses >= 2);
+      CHECK(r.read_rate_pauses >= 2);
   }
 }
 
@@ -723,13 +717,11 @@ TEST_CASE("a child that exits while its reading is paused by the rate loses noth
         child.exit(0);
       });
     });
-    std::size_t pauses = 0;
-    s.after_done = [&pauses](ChildSession& c) { pauses = c.read_rate_pauses(); };
     auto r = run(s);
     CHECK(r.env.status == Status::completed);
     CHECK(r.env.answer.text == "the last word");
     CHECK(r.count("tool_done") == 1);
-    CHECK(pauses == (rate ? 1u : 0u));
+    CHECK(r.read_rate_pauses == (rate ? 1u : 0u));
   }
 }
 
